@@ -1,0 +1,67 @@
+//! The errors of the session store contract. Every variant names what went
+//! wrong precisely enough for a caller to act: fix a field, retry, roll a
+//! session over, or run maintenance.
+
+use std::time::Duration;
+
+use chrono::NaiveDate;
+
+use crate::ids::{SessionId, SessionKey};
+
+/// Why a session store operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Bad input; nothing was written.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: String, reason: String },
+    /// A scope's state would exceed the size cap; nothing was written.
+    #[error("{field} is too large{}: the limit is {limit} bytes", size.map(|s| format!(" ({s} bytes)")).unwrap_or_default())]
+    StateTooLarge { field: String, size: Option<usize>, limit: usize },
+    /// An event over the size cap; nothing was written.
+    #[error("event is {size} bytes, over the limit of {limit}")]
+    EventTooLarge { size: usize, limit: usize },
+    /// No such session for this app and user, or it has expired.
+    #[error("session {0} not found")]
+    NotFound(SessionKey),
+    /// A create with an id that is taken; the existing session is untouched.
+    #[error("session {0} already exists")]
+    AlreadyExists(SessionKey),
+    /// An event id reused with different content.
+    #[error("event {event_id} already exists in session {key} with different content")]
+    DuplicateEvent { key: SessionKey, event_id: String },
+    /// Someone appended since the caller loaded the session; nothing was written.
+    #[error("session {key} is at version {actual}, not the expected {expected}")]
+    StaleSession { key: SessionKey, expected: u64, actual: u64 },
+    /// The session was rolled over; appends go to its successor.
+    #[error("session {key} is closed{}", successor.as_ref().map(|s| format!("; its successor is {s}")).unwrap_or_default())]
+    SessionClosed { key: SessionKey, successor: Option<SessionId> },
+    /// The session is older than the maximum lifetime; roll it over.
+    #[error("session {key} is older than the maximum session lifetime of {max_lifetime:?}; roll it over")]
+    LifetimeExceeded { key: SessionKey, max_lifetime: Duration },
+    /// The event partition for the session's day does not exist: partition
+    /// maintenance has not run. Loud on purpose; there is no fallback.
+    #[error("no event partition exists for session day {day}; run partition maintenance (adk-pg maintain)")]
+    PartitionMissing { day: NaiveDate },
+    /// A server-side statement or lock timeout fired; nothing was written.
+    #[error("timed out waiting for {what}")]
+    Timeout { what: String },
+    /// The database could not be reached or dropped the connection, or the
+    /// transaction lost a serialization race; safe to retry.
+    #[error("database unavailable, retry: {message}")]
+    Unavailable { message: String },
+    /// Anything else the database reported.
+    #[error("database error: {message}")]
+    Database { message: String },
+}
+
+impl StoreError {
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::InvalidInput { field: field.into(), reason: reason.into() }
+    }
+
+    /// Whether retrying the same call may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. })
+    }
+}

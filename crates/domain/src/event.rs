@@ -1,0 +1,236 @@
+//! The ADK event, as stored in the log. Fields the store reads are typed;
+//! everything else an ADK runtime puts on an event (usage metadata, grounding,
+//! long-running tool ids, future fields) rides along in `extra` untouched, so
+//! a stored event reads back exactly as it was appended.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::StoreError;
+use crate::ids::MAX_ID_CHARS;
+use crate::state::{ScopedState, State, TEMP_PREFIX, contains_nul};
+
+/// Largest event accepted, as compact JSON. Bigger documents belong in
+/// artifacts, with a reference in the event.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// Longest author or invocation id, in characters.
+pub const MAX_LABEL_CHARS: usize = 256;
+
+/// What an event asks of the session besides being recorded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventActions {
+    /// Keys to merge into state; routed by prefix, `temp:` never stored.
+    #[serde(default)]
+    pub state_delta: State,
+    /// Artifact versions this event wrote.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub artifact_delta: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_to_agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_summarization: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One event of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Unique within its session; a retried append reuses it.
+    pub id: String,
+    #[serde(default)]
+    pub invocation_id: String,
+    /// `user` or the name of the agent that produced the event.
+    pub author: String,
+    /// When the event happened, to the nanosecond; `after` filters compare
+    /// it exactly.
+    #[serde(with = "nanos_rfc3339")]
+    pub timestamp: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The model content (role and parts), kept as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    #[serde(default)]
+    pub actions: EventActions,
+    /// A streaming chunk; partial events are never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_complete: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Event {
+    /// A minimal event with a fresh id and the current time.
+    pub fn new(author: impl Into<String>) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            invocation_id: String::new(),
+            author: author.into(),
+            timestamp: Utc::now(),
+            branch: None,
+            content: None,
+            actions: EventActions::default(),
+            partial: None,
+            turn_complete: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// Parses an event from JSON text; malformed input is an `InvalidInput`
+    /// naming `event`.
+    pub fn from_json(text: &str) -> Result<Self, StoreError> {
+        serde_json::from_str(text).map_err(|e| StoreError::invalid("event", e.to_string()))
+    }
+
+    /// Parses an event from a JSON value.
+    pub fn from_value(value: Value) -> Result<Self, StoreError> {
+        serde_json::from_value(value).map_err(|e| StoreError::invalid("event", e.to_string()))
+    }
+
+    pub fn is_partial(&self) -> bool {
+        self.partial == Some(true)
+    }
+
+    /// Nanoseconds since the Unix epoch, the stored `event_ts`.
+    pub fn timestamp_nanos(&self) -> Result<i64, StoreError> {
+        timestamp_to_nanos(self.timestamp)
+            .ok_or_else(|| StoreError::invalid("event.timestamp", "outside the years 1677 to 2262"))
+    }
+
+    /// The event as it is stored: `temp:` keys removed from its state delta.
+    pub fn without_temp_state(mut self) -> Self {
+        self.actions.state_delta.retain(|key, _| !key.starts_with(TEMP_PREFIX));
+        self
+    }
+
+    /// Checks everything a store needs before writing, and returns the state
+    /// delta split by scope together with the event's JSON payload.
+    pub fn prepare(&self) -> Result<PreparedEvent, StoreError> {
+        check_label("event.id", &self.id, MAX_ID_CHARS, false)?;
+        check_label("event.author", &self.author, MAX_LABEL_CHARS, false)?;
+        check_label("event.invocation_id", &self.invocation_id, MAX_LABEL_CHARS, true)?;
+        if let Some(branch) = &self.branch {
+            check_label("event.branch", branch, MAX_LABEL_CHARS * 4, true)?;
+        }
+        let event_ts = self.timestamp_nanos()?;
+        let delta = ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
+        delta.check_sizes("event.actions.state_delta")?;
+        let payload = serde_json::to_value(self).map_err(|e| StoreError::invalid("event", e.to_string()))?;
+        if contains_nul(&payload) {
+            return Err(StoreError::invalid(
+                "event",
+                "contains a NUL character, which PostgreSQL cannot store in jsonb",
+            ));
+        }
+        let size = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(usize::MAX);
+        if size > MAX_EVENT_BYTES {
+            return Err(StoreError::EventTooLarge { size, limit: MAX_EVENT_BYTES });
+        }
+        Ok(PreparedEvent { event_ts, delta, payload })
+    }
+}
+
+/// An event checked and split for writing.
+#[derive(Debug, Clone)]
+pub struct PreparedEvent {
+    pub event_ts: i64,
+    pub delta: ScopedState,
+    pub payload: Value,
+}
+
+fn check_label(field: &'static str, value: &str, max_chars: usize, may_be_empty: bool) -> Result<(), StoreError> {
+    if !may_be_empty && value.trim().is_empty() {
+        return Err(StoreError::invalid(field, "must not be empty"));
+    }
+    let chars = value.chars().count();
+    if chars > max_chars {
+        return Err(StoreError::invalid(field, format!("is {chars} characters, more than {max_chars}")));
+    }
+    if value.contains('\0') {
+        return Err(StoreError::invalid(field, "contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// Nanoseconds since the epoch, if the instant fits in an `i64`.
+pub fn timestamp_to_nanos(ts: DateTime<Utc>) -> Option<i64> {
+    ts.timestamp_nanos_opt()
+}
+
+/// The instant `nanos` after the epoch.
+pub fn nanos_to_timestamp(nanos: i64) -> DateTime<Utc> {
+    Utc.timestamp_nanos(nanos)
+}
+
+/// RFC 3339 with all nine fractional digits, so the text form never loses
+/// precision and sorts as time does.
+mod nanos_rfc3339 {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ts: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&ts.to_rfc3339_opts(SecondsFormat::Nanos, true))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text).map(|t| t.with_timezone(&Utc)).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn unknown_fields_round_trip() {
+        let input = json!({
+            "id": "e1", "invocation_id": "i1", "author": "agent",
+            "timestamp": "2026-11-30T10:00:00.123456789Z",
+            "content": {"role": "model", "parts": [{"text": "hi"}]},
+            "actions": {"state_delta": {"a": 1}, "requested_auth_configs": {}},
+            "usage_metadata": {"total_token_count": 12},
+            "long_running_tool_ids": ["t"]
+        });
+        let event = Event::from_value(input.clone()).unwrap();
+        assert_eq!(event.timestamp.timestamp_subsec_nanos(), 123_456_789);
+        assert_eq!(serde_json::to_value(&event).unwrap(), input);
+    }
+
+    #[test]
+    fn malformed_json_names_the_event() {
+        for text in ["{", "[]", r#"{"id": "x"}"#, r#"{"id":"x","author":"a","timestamp":"yesterday"}"#] {
+            assert!(matches!(Event::from_json(text), Err(StoreError::InvalidInput { field, .. }) if field == "event"));
+        }
+    }
+
+    #[test]
+    fn prepare_names_bad_fields() {
+        let mut e = Event::new("agent");
+        e.id = String::new();
+        assert!(matches!(e.prepare(), Err(StoreError::InvalidInput { field, .. }) if field == "event.id"));
+        let mut e = Event::new("agent");
+        e.content = Some(json!({"parts": [{"text": "a\u{0}"}]}));
+        assert!(matches!(e.prepare(), Err(StoreError::InvalidInput { field, .. }) if field == "event"));
+        let mut e = Event::new("agent");
+        e.content = Some(json!("x".repeat(MAX_EVENT_BYTES)));
+        assert!(matches!(e.prepare(), Err(StoreError::EventTooLarge { .. })));
+    }
+
+    #[test]
+    fn temp_keys_leave_the_stored_event() {
+        let mut e = Event::new("agent");
+        e.actions.state_delta = json!({"temp:x": 1, "y": 2}).as_object().cloned().unwrap();
+        let stored = e.without_temp_state();
+        assert_eq!(stored.actions.state_delta, json!({"y": 2}).as_object().cloned().unwrap());
+    }
+}

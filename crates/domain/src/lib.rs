@@ -1,0 +1,25 @@
+//! The domain room of adk-postgres: what a session, an event and a state
+//! scope are, what the store promises ([`SessionStore`]), its errors, and an
+//! in-memory store that keeps the same promises.
+//!
+//! This crate has no database dependency on purpose: services and adapters
+//! can consume the contract without pulling in diesel or a driver.
+
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod memory;
+pub mod session;
+pub mod state;
+pub mod store;
+
+pub use error::StoreError;
+pub use event::{Event, EventActions, PreparedEvent};
+pub use ids::{AppName, SessionId, SessionKey, UserId};
+pub use memory::InMemoryStore;
+pub use session::{
+    AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
+    SessionSummary, StoreConfig,
+};
+pub use state::{ScopedState, State};
+pub use store::SessionStore;

@@ -1,0 +1,286 @@
+//! An in-memory store with exactly the contract of the Postgres store. It is
+//! the reference the conformance suite holds both to, and a stand-in for
+//! unit tests of code that consumes a `SessionStore`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+
+use crate::error::StoreError;
+use crate::event::Event;
+use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::session::{
+    AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
+    SessionSummary, StoreConfig,
+};
+use crate::state::{MAX_STATE_BYTES, ScopedState, State, apply_delta, json_size, merge_scopes};
+use crate::store::SessionStore;
+
+#[derive(Debug, Clone)]
+struct StoredSession {
+    state: State,
+    events: Vec<Event>,
+    last_seq: u64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
+    closed_at: Option<DateTime<Utc>>,
+    successor: Option<SessionId>,
+}
+
+impl StoredSession {
+    fn is_live(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_none_or(|at| at > now)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    sessions: BTreeMap<SessionKey, StoredSession>,
+    user_states: HashMap<(AppName, UserId), State>,
+    app_states: HashMap<AppName, State>,
+}
+
+impl Tables {
+    fn merged_state(&self, key: &SessionKey, session: &State) -> State {
+        let empty = State::new();
+        let user = self.user_states.get(&(key.app_name.clone(), key.user_id.clone())).unwrap_or(&empty);
+        let app = self.app_states.get(&key.app_name).unwrap_or(&empty);
+        merge_scopes(session, user, app)
+    }
+
+    /// Applies app and user deltas, refusing (and writing nothing) when a
+    /// merged scope would pass the size cap.
+    fn check_and_apply_shared(&mut self, field: &str, key: &SessionKey, delta: &ScopedState) -> Result<(), StoreError> {
+        let user_key = (key.app_name.clone(), key.user_id.clone());
+        let mut user = self.user_states.get(&user_key).cloned().unwrap_or_default();
+        let mut app = self.app_states.get(&key.app_name).cloned().unwrap_or_default();
+        apply_delta(&mut user, &delta.user);
+        apply_delta(&mut app, &delta.app);
+        for (scope, state) in [("user", &user), ("app", &app)] {
+            let size = json_size(state);
+            if size > MAX_STATE_BYTES {
+                return Err(StoreError::StateTooLarge {
+                    field: format!("{field} ({scope} scope)"),
+                    size: Some(size),
+                    limit: MAX_STATE_BYTES,
+                });
+            }
+        }
+        if !delta.user.is_empty() {
+            self.user_states.insert(user_key, user);
+        }
+        if !delta.app.is_empty() {
+            self.app_states.insert(key.app_name.clone(), app);
+        }
+        Ok(())
+    }
+}
+
+/// The reference store. Cheap to create; every instance is independent.
+#[derive(Debug, Default)]
+pub struct InMemoryStore {
+    config: StoreConfig,
+    tables: Mutex<Tables>,
+}
+
+/// PostgreSQL keeps microseconds; the reference store does too, so both
+/// report the same update times and page tokens.
+fn now_micros() -> DateTime<Utc> {
+    let now = Utc::now();
+    now.duration_trunc(TimeDelta::microseconds(1)).unwrap_or(now)
+}
+
+fn ttl_deadline(now: DateTime<Utc>, ttl: std::time::Duration) -> Result<DateTime<Utc>, StoreError> {
+    TimeDelta::from_std(ttl)
+        .ok()
+        .and_then(|ttl| now.checked_add_signed(ttl))
+        .ok_or_else(|| StoreError::invalid("ttl", "too long"))
+}
+
+impl InMemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_config(config: StoreConfig) -> Self {
+        Self { config, tables: Mutex::default() }
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        // A panic elsewhere cannot leave the maps half-updated: every writer
+        // checks before it mutates, so the data behind a poisoned lock is sound.
+        self.tables.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn load(tables: &Tables, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        let stored = tables
+            .sessions
+            .get(key)
+            .filter(|s| s.is_live(Utc::now()))
+            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let mut events: Vec<Event> = match options.after {
+            Some(after) => stored.events.iter().filter(|e| e.timestamp >= after).cloned().collect(),
+            None => stored.events.clone(),
+        };
+        if let Some(n) = options.num_recent_events {
+            let skip = events.len().saturating_sub(n);
+            events.drain(..skip);
+        }
+        Ok(Session {
+            key: key.clone(),
+            state: tables.merged_state(key, &stored.state),
+            events,
+            version: stored.last_seq,
+            last_update_time: stored.updated_at,
+            created_at: stored.created_at,
+            expires_at: stored.expires_at,
+            closed_at: stored.closed_at,
+            successor: stored.successor.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl SessionStore for InMemoryStore {
+    async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
+        let id = SessionId::from_requested(request.session_id.as_deref())?;
+        let scoped = ScopedState::split("state", &request.state)?;
+        scoped.check_sizes("state")?;
+        let key = SessionKey::new(request.app_name, request.user_id, id);
+        let now = now_micros();
+        let expires_at = request.ttl.or(self.config.default_ttl).map(|ttl| ttl_deadline(now, ttl)).transpose()?;
+
+        let mut tables = self.tables();
+        if tables.sessions.contains_key(&key) {
+            return match request.on_existing {
+                OnExisting::ReturnExisting => {
+                    Self::load(&tables, &key, GetOptions::default()).map_err(|_| StoreError::AlreadyExists(key))
+                }
+                OnExisting::Fail => Err(StoreError::AlreadyExists(key)),
+            };
+        }
+        tables.check_and_apply_shared("state", &key, &scoped)?;
+        tables.sessions.insert(
+            key.clone(),
+            StoredSession {
+                state: scoped.session,
+                events: Vec::new(),
+                last_seq: 0,
+                created_at: now,
+                updated_at: now,
+                expires_at,
+                closed_at: None,
+                successor: None,
+            },
+        );
+        Self::load(&tables, &key, GetOptions::default())
+    }
+
+    async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        Self::load(&self.tables(), key, options)
+    }
+
+    async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+        let cursor = request.page_token.as_ref().map(PageToken::position).transpose()?;
+        let page_size = request.effective_page_size();
+        let now = Utc::now();
+        let tables = self.tables();
+        let mut rows: Vec<(&SessionKey, &StoredSession)> = tables
+            .sessions
+            .iter()
+            .filter(|(k, s)| k.app_name == request.app_name && k.user_id == request.user_id && s.is_live(now))
+            .filter(|(k, s)| match &cursor {
+                Some((micros, id)) => (s.updated_at.timestamp_micros(), &k.session_id) < (*micros, id),
+                None => true,
+            })
+            .collect();
+        rows.sort_by(|(ka, a), (kb, b)| (b.updated_at, &kb.session_id).cmp(&(a.updated_at, &ka.session_id)));
+        let more = rows.len() > page_size;
+        rows.truncate(page_size);
+        let next_page_token = if more {
+            rows.last().map(|(k, s)| PageToken::after(s.updated_at.timestamp_micros(), &k.session_id))
+        } else {
+            None
+        };
+        let sessions = rows
+            .into_iter()
+            .map(|(key, s)| SessionSummary {
+                key: key.clone(),
+                state: tables.merged_state(key, &s.state),
+                version: s.last_seq,
+                last_update_time: s.updated_at,
+                created_at: s.created_at,
+                expires_at: s.expires_at,
+            })
+            .collect();
+        Ok(SessionPage { sessions, next_page_token })
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.tables().sessions.remove(key);
+        Ok(())
+    }
+
+    async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
+        if event.is_partial() {
+            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
+        }
+        let event = event.without_temp_state();
+        let prepared = event.prepare()?;
+        let now = now_micros();
+        let mut tables = self.tables();
+        let stored = tables
+            .sessions
+            .get(key)
+            .filter(|s| s.is_live(now))
+            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+
+        if let Some(pos) = stored.events.iter().position(|e| e.id == event.id) {
+            let prior = &stored.events[pos];
+            let same = serde_json::to_value(prior).ok() == Some(prepared.payload.clone());
+            if !same {
+                return Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id });
+            }
+            return Ok(Appended {
+                event: prior.clone(),
+                seq: Some(pos as u64 + 1),
+                replayed: true,
+                last_update_time: Some(stored.updated_at),
+            });
+        }
+        if stored.closed_at.is_some() {
+            return Err(StoreError::SessionClosed { key: key.clone(), successor: stored.successor.clone() });
+        }
+        if let Some(max_lifetime) = self.config.max_session_lifetime
+            && ttl_deadline(stored.created_at, max_lifetime).is_ok_and(|end| end <= now)
+        {
+            return Err(StoreError::LifetimeExceeded { key: key.clone(), max_lifetime });
+        }
+        if let Some(expected) = options.expected_version
+            && expected != stored.last_seq
+        {
+            return Err(StoreError::StaleSession { key: key.clone(), expected, actual: stored.last_seq });
+        }
+        let mut session_state = stored.state.clone();
+        apply_delta(&mut session_state, &prepared.delta.session);
+        let size = json_size(&session_state);
+        if size > MAX_STATE_BYTES {
+            return Err(StoreError::StateTooLarge {
+                field: "event.actions.state_delta (session scope)".into(),
+                size: Some(size),
+                limit: MAX_STATE_BYTES,
+            });
+        }
+        tables.check_and_apply_shared("event.actions.state_delta", key, &prepared.delta)?;
+
+        let stored = tables.sessions.get_mut(key).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        stored.state = session_state;
+        stored.last_seq += 1;
+        stored.updated_at = stored.updated_at.max(now);
+        stored.events.push(event.clone());
+        Ok(Appended { event, seq: Some(stored.last_seq), replayed: false, last_update_time: Some(stored.updated_at) })
+    }
+}

@@ -1,0 +1,34 @@
+//! The contract every session store implements: the Postgres store in
+//! `adk-postgres-storage`, the in-memory reference store here, and anything
+//! a test wants to put in their place.
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::event::Event;
+use crate::ids::SessionKey;
+use crate::session::{AppendOptions, Appended, CreateSession, GetOptions, ListSessions, Session, SessionPage};
+
+/// A durable home for ADK sessions, their events and their scoped state.
+#[async_trait]
+pub trait SessionStore: Send + Sync + std::fmt::Debug {
+    /// Creates a session. A taken id is `AlreadyExists` (or, with
+    /// `OnExisting::ReturnExisting`, the existing session); never an
+    /// overwrite. Initial state is routed by prefix; `temp:` is dropped.
+    async fn create(&self, request: CreateSession) -> Result<Session, StoreError>;
+
+    /// Loads a session with its merged state and the events `options` select.
+    /// Missing, another user's or expired sessions are `NotFound`.
+    async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError>;
+
+    /// One page of a user's sessions, newest first, without events.
+    async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError>;
+
+    /// Deletes a session and its events; app and user state stay. Deleting a
+    /// missing session succeeds, so retries are safe.
+    async fn delete(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// Appends an event and applies its state delta atomically, assigning the
+    /// next gapless sequence number. Partial events are returned unstored.
+    async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError>;
+}

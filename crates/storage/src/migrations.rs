@@ -1,0 +1,72 @@
+//! The embedded diesel migrations and the code that applies them.
+//!
+//! diesel's migration harness is synchronous; it runs on an
+//! `AsyncConnectionWrapper` inside `spawn_blocking` so callers on any tokio
+//! runtime flavour can migrate.
+
+use diesel::migration::MigrationVersion;
+use diesel_async::AsyncPgConnection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+/// Every migration in `migrations/` at the workspace root, compiled in.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
+
+/// Why migrating failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrationError {
+    #[error("could not connect to run migrations: {0}")]
+    Connect(#[source] diesel::ConnectionError),
+    #[error("migration failed: {0}")]
+    Apply(String),
+    #[error("the migration task panicked or was cancelled: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+type Wrapper = AsyncConnectionWrapper<AsyncPgConnection>;
+
+fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
+    use diesel::Connection;
+    Wrapper::establish(database_url).map_err(MigrationError::Connect)
+}
+
+/// Applies every pending migration; returns the versions applied, oldest first.
+pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = connect(&url)?;
+        let applied = conn
+            .run_pending_migrations(MIGRATIONS)
+            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        Ok(applied.iter().map(MigrationVersion::to_string).collect())
+    })
+    .await?
+}
+
+/// Reverts every applied migration, newest first; returns the versions reverted.
+pub async fn revert_all_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = connect(&url)?;
+        let reverted = conn
+            .revert_all_migrations(MIGRATIONS)
+            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        Ok(reverted.iter().map(MigrationVersion::to_string).collect())
+    })
+    .await?
+}
+
+/// Versions of the migrations compiled into this binary that the database has
+/// not applied yet.
+pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = connect(&url)?;
+        let pending = conn
+            .pending_migrations(MIGRATIONS)
+            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        Ok(pending.iter().map(|m| m.name().version().to_string()).collect())
+    })
+    .await?
+}
