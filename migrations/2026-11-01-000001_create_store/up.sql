@@ -86,7 +86,7 @@ CREATE TABLE adk_events (
 -- The name of the partition that holds one UTC day.
 CREATE FUNCTION adk_event_partition_name(day date) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN 'adk_events_p' || to_char(day, 'YYYYMMDD');
+    RETURN 'adk_events_p' || to_char(day::timestamp, 'YYYYMMDD');
 
 -- Creates the partition for `day` unless it exists; returns true when it made
 -- one. Safe to call concurrently: a racing creator's table is accepted.
@@ -107,7 +107,7 @@ BEGIN
         RETURN false;
     END IF;
     EXECUTE format('CREATE TABLE %I.%I PARTITION OF adk_events FOR VALUES FROM (%L) TO (%L)',
-                   schema, part, to_char(day, 'YYYY-MM-DD'), to_char(day + 1, 'YYYY-MM-DD'));
+                   schema, part, to_char(day::timestamp, 'YYYY-MM-DD'), to_char((day + 1)::timestamp, 'YYYY-MM-DD'));
     RETURN true;
 EXCEPTION
     WHEN duplicate_table THEN

@@ -17,10 +17,7 @@ fn validate(field: &'static str, value: &str) -> Result<(), StoreError> {
     }
     let chars = value.chars().count();
     if chars > MAX_ID_CHARS {
-        return Err(StoreError::invalid(
-            field,
-            format!("is {chars} characters, more than {MAX_ID_CHARS}"),
-        ));
+        return Err(StoreError::invalid(field, format!("is {chars} characters, more than {MAX_ID_CHARS}")));
     }
     if value.contains('\0') {
         return Err(StoreError::invalid(field, "contains a NUL character"));

@@ -232,11 +232,8 @@ impl SessionStore for InMemoryStore {
         let prepared = event.prepare()?;
         let now = now_micros();
         let mut tables = self.tables();
-        let stored = tables
-            .sessions
-            .get(key)
-            .filter(|s| s.is_live(now))
-            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let stored =
+            tables.sessions.get(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
 
         if let Some(pos) = stored.events.iter().position(|e| e.id == event.id) {
             let prior = &stored.events[pos];

@@ -225,7 +225,9 @@ mod tests {
         let token = PageToken::after(-5, &id);
         assert_eq!(PageToken::parse(token.as_str()).unwrap().position().unwrap(), (-5, id));
         for garbage in ["", "!!", "djE6eDp5", "bm9wZQ"] {
-            assert!(matches!(PageToken::parse(garbage), Err(StoreError::InvalidInput { field, .. }) if field == "page_token"));
+            assert!(
+                matches!(PageToken::parse(garbage), Err(StoreError::InvalidInput { field, .. }) if field == "page_token")
+            );
         }
     }
 

@@ -172,11 +172,9 @@ mod tests {
 
     #[test]
     fn split_routes_by_prefix_and_drops_temp() {
-        let scoped = ScopedState::split(
-            "state",
-            &obj(json!({"a": 1, "app:b": 2, "user:c": 3, "temp:d": 4, "appx": 5})),
-        )
-        .unwrap();
+        let scoped =
+            ScopedState::split("state", &obj(json!({"a": 1, "app:b": 2, "user:c": 3, "temp:d": 4, "appx": 5})))
+                .unwrap();
         assert_eq!(scoped.session, obj(json!({"a": 1, "appx": 5})));
         assert_eq!(scoped.app, obj(json!({"b": 2})));
         assert_eq!(scoped.user, obj(json!({"c": 3})));

@@ -8,6 +8,12 @@
 pub mod migrations;
 pub mod pool;
 pub mod schema;
+pub mod schema_print;
 
 pub use migrations::{MigrationError, run_pending_migrations};
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
+pub mod store;
+
+mod error;
+
+pub use store::PgSessionStore;

@@ -36,9 +36,7 @@ pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, M
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut conn = connect(&url)?;
-        let applied = conn
-            .run_pending_migrations(MIGRATIONS)
-            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
         Ok(applied.iter().map(MigrationVersion::to_string).collect())
     })
     .await?
@@ -49,9 +47,7 @@ pub async fn revert_all_migrations(database_url: &str) -> Result<Vec<String>, Mi
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut conn = connect(&url)?;
-        let reverted = conn
-            .revert_all_migrations(MIGRATIONS)
-            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        let reverted = conn.revert_all_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
         Ok(reverted.iter().map(MigrationVersion::to_string).collect())
     })
     .await?
@@ -63,9 +59,7 @@ pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, Migra
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut conn = connect(&url)?;
-        let pending = conn
-            .pending_migrations(MIGRATIONS)
-            .map_err(|e| MigrationError::Apply(e.to_string()))?;
+        let pending = conn.pending_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
         Ok(pending.iter().map(|m| m.name().version().to_string()).collect())
     })
     .await?

@@ -101,9 +101,7 @@ pub async fn build_pool(database_url: &str, config: &PoolConfig) -> Result<PgPoo
         let setup_sql = setup_sql.clone();
         async move {
             let mut conn = AsyncPgConnection::establish(url).await?;
-            conn.batch_execute(&setup_sql)
-                .await
-                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+            conn.batch_execute(&setup_sql).await.map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
             Ok(conn)
         }
         .boxed()

@@ -1,0 +1,460 @@
+//! [`PgSessionStore`]: the `SessionStore` contract on PostgreSQL.
+//!
+//! Round trips are the budget. `create` is one statement (the session row
+//! and the initial app/user state in one CTE), `append` is one call of the
+//! `adk_append_event` SQL function, `get` is two (the session row with live
+//! app and user state, then its events with `session_day` bound so one
+//! partition is read), and `list` and `delete` are one each. None of them
+//! opens an explicit transaction: each statement is atomic on its own.
+
+use std::time::Duration;
+
+use adk_postgres_domain::event::timestamp_to_nanos;
+use adk_postgres_domain::state::{merge_scopes, state_from_value};
+use adk_postgres_domain::{
+    AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, OnExisting, PageToken, ScopedState,
+    Session, SessionId, SessionKey, SessionPage, SessionStore, SessionSummary, State, StoreConfig, StoreError,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use diesel::data_types::PgInterval;
+use diesel::sql_types::{BigInt, Date, Interval, Jsonb, Nullable, Text, Timestamptz};
+use diesel::{OptionalExtension, QueryableByName};
+use diesel_async::RunQueryDsl;
+use serde_json::Value;
+
+use crate::error::{from_diesel, from_pool};
+use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
+
+/// The Postgres session store. Cheap to clone: clones share the pool.
+#[derive(Clone)]
+pub struct PgSessionStore {
+    pool: PgPool,
+    config: StoreConfig,
+}
+
+impl std::fmt::Debug for PgSessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSessionStore").field("pool", &self.pool.state()).field("config", &self.config).finish()
+    }
+}
+
+const CREATE_SQL: &str = "\
+WITH created AS (
+    INSERT INTO adk_sessions (app_name, user_id, session_id, state, expires_at)
+    VALUES ($1, $2, $3, $4, now() + $5)
+    ON CONFLICT DO NOTHING
+    RETURNING session_day, created_at, updated_at, expires_at
+), user_upsert AS (
+    INSERT INTO adk_user_states AS u (app_name, user_id, state)
+    SELECT $1, $2, $6 FROM created WHERE $6 <> '{}'::jsonb
+    ON CONFLICT (app_name, user_id) DO UPDATE SET state = u.state || EXCLUDED.state, updated_at = now()
+    RETURNING u.state
+), app_upsert AS (
+    INSERT INTO adk_app_states AS a (app_name, state)
+    SELECT $1, $7 FROM created WHERE $7 <> '{}'::jsonb
+    ON CONFLICT (app_name) DO UPDATE SET state = a.state || EXCLUDED.state, updated_at = now()
+    RETURNING a.state
+)
+SELECT c.session_day, c.created_at, c.updated_at, c.expires_at,
+       coalesce((SELECT state FROM user_upsert),
+                (SELECT u.state FROM adk_user_states u WHERE u.app_name = $1 AND u.user_id = $2)) AS user_state,
+       coalesce((SELECT state FROM app_upsert),
+                (SELECT a.state FROM adk_app_states a WHERE a.app_name = $1)) AS app_state
+FROM created c";
+
+const SESSION_SQL: &str = "\
+SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at, s.closed_at, s.successor_id,
+       (SELECT u.state FROM adk_user_states u WHERE u.app_name = s.app_name AND u.user_id = s.user_id) AS user_state,
+       (SELECT a.state FROM adk_app_states a WHERE a.app_name = s.app_name) AS app_state
+FROM adk_sessions s
+WHERE s.app_name = $1 AND s.user_id = $2 AND s.session_id = $3
+  AND (s.expires_at IS NULL OR s.expires_at > now())";
+
+/// Newest-first inside, re-sorted outside, so `LIMIT` keeps the most recent
+/// events. `seq <= $5` pins the events to the version the first read saw,
+/// so state and events describe the same moment without a transaction.
+pub const EVENTS_SQL: &str = "\
+SELECT recent.payload FROM (
+    SELECT e.seq, e.payload FROM adk_events e
+    WHERE e.app_name = $1 AND e.user_id = $2 AND e.session_id = $3 AND e.session_day = $4
+      AND e.seq <= $5 AND ($6::bigint IS NULL OR e.event_ts >= $6)
+    ORDER BY e.seq DESC
+    LIMIT $7
+) recent ORDER BY recent.seq";
+
+const LIST_SQL: &str = "\
+SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at,
+       us.state AS user_state, aps.state AS app_state
+FROM adk_sessions s
+LEFT JOIN adk_user_states us ON us.app_name = s.app_name AND us.user_id = s.user_id
+LEFT JOIN adk_app_states aps ON aps.app_name = s.app_name
+WHERE s.app_name = $1 AND s.user_id = $2
+  AND (s.expires_at IS NULL OR s.expires_at > now())
+  AND ($3::timestamptz IS NULL OR (s.updated_at, s.session_id) < ($3, $4))
+ORDER BY s.updated_at DESC, s.session_id DESC
+LIMIT $5";
+
+/// The foreign key from events carries `session_day`, so the cascade this
+/// fires deletes from the session's one partition.
+const DELETE_SQL: &str = "DELETE FROM adk_sessions WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
+
+const APPEND_SQL: &str = "\
+SELECT outcome, seq, session_day, updated_at, payload, successor_id
+FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+#[derive(QueryableByName)]
+struct CreatedRow {
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    app_state: Option<Value>,
+}
+
+#[derive(QueryableByName)]
+struct SessionRow {
+    #[diesel(sql_type = Jsonb)]
+    state: Value,
+    #[diesel(sql_type = BigInt)]
+    last_seq: i64,
+    #[diesel(sql_type = Date)]
+    session_day: NaiveDate,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    closed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    successor_id: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    app_state: Option<Value>,
+}
+
+#[derive(QueryableByName)]
+struct PayloadRow {
+    #[diesel(sql_type = Jsonb)]
+    payload: Value,
+}
+
+#[derive(QueryableByName)]
+struct SummaryRow {
+    #[diesel(sql_type = Text)]
+    session_id: String,
+    #[diesel(sql_type = Jsonb)]
+    state: Value,
+    #[diesel(sql_type = BigInt)]
+    last_seq: i64,
+    #[diesel(sql_type = Timestamptz)]
+    created_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    updated_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    app_state: Option<Value>,
+}
+
+#[derive(QueryableByName)]
+struct AppendRow {
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    updated_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    payload: Option<Value>,
+    #[diesel(sql_type = Nullable<Text>)]
+    successor_id: Option<String>,
+}
+
+/// Stored JSON that is not an object means someone wrote to the tables
+/// behind the store's back; report it rather than guess.
+fn stored_state(which: &str, value: Option<Value>) -> Result<State, StoreError> {
+    state_from_value(which, value.unwrap_or(Value::Null))
+        .map_err(|e| StoreError::Database { message: format!("stored {which} is corrupt: {e}") })
+}
+
+fn stored_event(payload: Value) -> Result<Event, StoreError> {
+    Event::from_value(payload).map_err(|e| StoreError::Database { message: format!("stored event is corrupt: {e}") })
+}
+
+fn version(seq: i64) -> u64 {
+    u64::try_from(seq).unwrap_or_default()
+}
+
+fn interval(field: &str, d: Duration) -> Result<PgInterval, StoreError> {
+    i64::try_from(d.as_micros()).map(PgInterval::from_microseconds).map_err(|_| StoreError::invalid(field, "too long"))
+}
+
+fn to_json(state: State) -> Value {
+    Value::Object(state)
+}
+
+impl PgSessionStore {
+    pub fn new(pool: PgPool, config: StoreConfig) -> Self {
+        Self { pool, config }
+    }
+
+    /// Builds a pool for `database_url` and a store on it.
+    pub async fn connect(
+        database_url: &str,
+        pool_config: &PoolConfig,
+        config: StoreConfig,
+    ) -> Result<Self, PoolBuildError> {
+        Ok(Self::new(build_pool(database_url, pool_config).await?, config))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    async fn load_session(&self, key: &SessionKey) -> Result<Option<SessionRow>, StoreError> {
+        let mut conn = self.pool.get().await.map_err(from_pool)?;
+        diesel::sql_query(SESSION_SQL)
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .get_result::<SessionRow>(&mut conn)
+            .await
+            .optional()
+            .map_err(|e| from_diesel(e, "state"))
+    }
+}
+
+#[async_trait]
+impl SessionStore for PgSessionStore {
+    async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
+        let id = SessionId::from_requested(request.session_id.as_deref())?;
+        let scoped = ScopedState::split("state", &request.state)?;
+        scoped.check_sizes("state")?;
+        let ttl = request.ttl.or(self.config.default_ttl).map(|ttl| interval("ttl", ttl)).transpose()?;
+        let key = SessionKey::new(request.app_name, request.user_id, id);
+
+        let created = {
+            let mut conn = self.pool.get().await.map_err(from_pool)?;
+            diesel::sql_query(CREATE_SQL)
+                .bind::<Text, _>(key.app_name.as_str())
+                .bind::<Text, _>(key.user_id.as_str())
+                .bind::<Text, _>(key.session_id.as_str())
+                .bind::<Jsonb, _>(to_json(scoped.session.clone()))
+                .bind::<Nullable<Interval>, _>(ttl)
+                .bind::<Jsonb, _>(to_json(scoped.user))
+                .bind::<Jsonb, _>(to_json(scoped.app))
+                .get_result::<CreatedRow>(&mut conn)
+                .await
+                .optional()
+                .map_err(|e| from_diesel(e, "state"))?
+        };
+        let Some(row) = created else {
+            return match request.on_existing {
+                OnExisting::ReturnExisting => match self.get(&key, GetOptions::default()).await {
+                    Err(StoreError::NotFound(_)) => Err(StoreError::AlreadyExists(key)),
+                    other => other,
+                },
+                OnExisting::Fail => Err(StoreError::AlreadyExists(key)),
+            };
+        };
+        let user = stored_state("user state", row.user_state)?;
+        let app = stored_state("app state", row.app_state)?;
+        Ok(Session {
+            state: merge_scopes(&scoped.session, &user, &app),
+            key,
+            events: Vec::new(),
+            version: 0,
+            last_update_time: row.updated_at,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+            closed_at: None,
+            successor: None,
+        })
+    }
+
+    async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        let row = self.load_session(key).await?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let events = if row.last_seq == 0 || options.num_recent_events == Some(0) {
+            Vec::new()
+        } else {
+            let after = options.after.map(|after| {
+                timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX })
+            });
+            let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+            let mut conn = self.pool.get().await.map_err(from_pool)?;
+            diesel::sql_query(EVENTS_SQL)
+                .bind::<Text, _>(key.app_name.as_str())
+                .bind::<Text, _>(key.user_id.as_str())
+                .bind::<Text, _>(key.session_id.as_str())
+                .bind::<Date, _>(row.session_day)
+                .bind::<BigInt, _>(row.last_seq)
+                .bind::<Nullable<BigInt>, _>(after)
+                .bind::<Nullable<BigInt>, _>(limit)
+                .load::<PayloadRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, "state"))?
+                .into_iter()
+                .map(|r| stored_event(r.payload))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let session_state = stored_state("session state", Some(row.state))?;
+        let user = stored_state("user state", row.user_state)?;
+        let app = stored_state("app state", row.app_state)?;
+        Ok(Session {
+            key: key.clone(),
+            state: merge_scopes(&session_state, &user, &app),
+            events,
+            version: version(row.last_seq),
+            last_update_time: row.updated_at,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+            closed_at: row.closed_at,
+            successor: row
+                .successor_id
+                .map(SessionId::new)
+                .transpose()
+                .map_err(|e| StoreError::Database { message: format!("stored successor id is corrupt: {e}") })?,
+        })
+    }
+
+    async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+        let cursor = request.page_token.as_ref().map(PageToken::position).transpose()?;
+        let (after_time, after_id) = match &cursor {
+            Some((micros, id)) => (
+                Some(
+                    DateTime::<Utc>::from_timestamp_micros(*micros)
+                        .ok_or_else(|| StoreError::invalid("page_token", "time out of range"))?,
+                ),
+                Some(id.as_str()),
+            ),
+            None => (None, None),
+        };
+        let page_size = request.effective_page_size();
+        let rows = {
+            let mut conn = self.pool.get().await.map_err(from_pool)?;
+            diesel::sql_query(LIST_SQL)
+                .bind::<Text, _>(request.app_name.as_str())
+                .bind::<Text, _>(request.user_id.as_str())
+                .bind::<Nullable<Timestamptz>, _>(after_time)
+                .bind::<Nullable<Text>, _>(after_id)
+                // One more than a page tells whether another page follows.
+                .bind::<BigInt, _>(page_size as i64 + 1)
+                .load::<SummaryRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, "state"))?
+        };
+        let more = rows.len() > page_size;
+        let mut sessions = Vec::with_capacity(rows.len().min(page_size));
+        for row in rows.into_iter().take(page_size) {
+            let session_id = SessionId::new(row.session_id)
+                .map_err(|e| StoreError::Database { message: format!("stored session id is corrupt: {e}") })?;
+            let session_state = stored_state("session state", Some(row.state))?;
+            let user = stored_state("user state", row.user_state)?;
+            let app = stored_state("app state", row.app_state)?;
+            sessions.push(SessionSummary {
+                key: SessionKey::new(request.app_name.clone(), request.user_id.clone(), session_id),
+                state: merge_scopes(&session_state, &user, &app),
+                version: version(row.last_seq),
+                last_update_time: row.updated_at,
+                created_at: row.created_at,
+                expires_at: row.expires_at,
+            });
+        }
+        let next_page_token = if more {
+            sessions.last().map(|s| PageToken::after(s.last_update_time.timestamp_micros(), &s.key.session_id))
+        } else {
+            None
+        };
+        Ok(SessionPage { sessions, next_page_token })
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let mut conn = self.pool.get().await.map_err(from_pool)?;
+        diesel::sql_query(DELETE_SQL)
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .execute(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state"))?;
+        Ok(())
+    }
+
+    async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
+        if event.is_partial() {
+            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
+        }
+        let event = event.without_temp_state();
+        let prepared = event.prepare()?;
+        let expected = options
+            .expected_version
+            .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
+            .transpose()?;
+        let max_lifetime = self.config.max_session_lifetime.map(|d| interval("max_session_lifetime", d)).transpose()?;
+        const DELTA_FIELD: &str = "event.actions.state_delta";
+
+        let row = {
+            let mut conn = self.pool.get().await.map_err(from_pool)?;
+            diesel::sql_query(APPEND_SQL)
+                .bind::<Text, _>(key.app_name.as_str())
+                .bind::<Text, _>(key.user_id.as_str())
+                .bind::<Text, _>(key.session_id.as_str())
+                .bind::<Text, _>(event.id.as_str())
+                .bind::<Nullable<Text>, _>(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()))
+                .bind::<Text, _>(event.author.as_str())
+                .bind::<BigInt, _>(prepared.event_ts)
+                .bind::<Jsonb, _>(&prepared.payload)
+                .bind::<Jsonb, _>(to_json(prepared.delta.session))
+                .bind::<Jsonb, _>(to_json(prepared.delta.user))
+                .bind::<Jsonb, _>(to_json(prepared.delta.app))
+                .bind::<Nullable<BigInt>, _>(expected)
+                .bind::<Nullable<Interval>, _>(max_lifetime)
+                .get_result::<AppendRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, DELTA_FIELD))?
+        };
+        let seq = row.seq.map(version);
+        match row.outcome.as_str() {
+            "stored" => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
+            "replayed" => Ok(Appended {
+                event: stored_event(row.payload.unwrap_or(Value::Null))?,
+                seq,
+                replayed: true,
+                last_update_time: row.updated_at,
+            }),
+            "duplicate" => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
+            "stale" => Err(StoreError::StaleSession {
+                key: key.clone(),
+                expected: options.expected_version.unwrap_or_default(),
+                actual: seq.unwrap_or_default(),
+            }),
+            "not_found" => Err(StoreError::NotFound(key.clone())),
+            "closed" => Err(StoreError::SessionClosed {
+                key: key.clone(),
+                successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
+            }),
+            "too_old" => Err(StoreError::LifetimeExceeded {
+                key: key.clone(),
+                max_lifetime: self.config.max_session_lifetime.unwrap_or_default(),
+            }),
+            other => {
+                Err(StoreError::Database { message: format!("adk_append_event returned unknown outcome {other:?}") })
+            }
+        }
+    }
+}

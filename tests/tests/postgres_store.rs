@@ -1,0 +1,213 @@
+//! What only the Postgres store can show: plans, HOT updates, exact
+//! timestamps in the log, and the database's own limits reached through it.
+
+use std::time::Duration;
+
+use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionStore, StoreError};
+use adk_postgres_storage::store::EVENTS_SQL;
+use adk_postgres_testing::test_database;
+use adk_postgres_tests::pg::{client, explain, new_session, store};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+fn event_with_delta(delta: serde_json::Value) -> Event {
+    let mut event = Event::new("agent");
+    event.actions.state_delta = delta.as_object().cloned().expect("object delta");
+    event
+}
+
+/// Partitions scanned by a plan: one line per partition node.
+fn partitions_in(plan: &str) -> Vec<String> {
+    let mut found: Vec<String> = plan
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("adk_events_p") && word.len() == "adk_events_p20260101".len())
+        .map(str::to_owned)
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_reads_one_partition_of_forty() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    sql.batch_execute(
+        "SELECT adk_ensure_event_partition(d::date)
+         FROM generate_series((now() AT TIME ZONE 'UTC')::date - 35, (now() AT TIME ZONE 'UTC')::date + 7, '1 day') d",
+    )
+    .await
+    .expect("premake");
+    let partitions: i64 = sql
+        .query_one("SELECT count(*) FROM pg_inherits WHERE inhparent = 'adk_events'::regclass", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert!(partitions >= 40, "{partitions}");
+
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    for _ in 0..3 {
+        store.append(&key, Event::new("user"), AppendOptions::default()).await.expect("append");
+    }
+    let day: String = sql
+        .query_one("SELECT session_day::text FROM adk_sessions WHERE session_id = $1", &[&key.session_id.as_str()])
+        .await
+        .expect("day")
+        .get(0);
+
+    let args = format!("'app', 'user', '{}', '{day}'::date, 3, NULL, NULL", key.session_id);
+    sql.batch_execute(&format!("PREPARE events_read AS {EVENTS_SQL}")).await.expect("prepare");
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        sql.batch_execute(&format!("SET plan_cache_mode = {mode}")).await.expect("plan mode");
+        let plan = explain(&sql, &format!("EXECUTE events_read({args})")).await;
+        let expected = format!("adk_events_p{}", day.replace('-', ""));
+        assert_eq!(partitions_in(&plan), vec![expected], "{mode} plan scans more than one partition:\n{plan}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn appends_are_hot_updates() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    {
+        let store = store(db.url()).await;
+        let key = new_session(&store, "app", "user").await;
+        for i in 0..1000 {
+            let event = if i % 10 == 0 { event_with_delta(json!({"turn": i})) } else { Event::new("agent") };
+            store.append(&key, event, AppendOptions::default()).await.expect("append");
+        }
+    }
+    // Backends report their counters when they go idle or exit; the store's
+    // pool is gone, so wait for its backends to flush.
+    let mut last = (0, 0);
+    for _ in 0..100 {
+        let row = sql
+            .query_one("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'adk_sessions'", &[])
+            .await
+            .expect("stats");
+        last = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+        if last.0 >= 1000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (updates, hot) = last;
+    assert!(updates >= 1000, "only {updates} updates reported");
+    let ratio = hot as f64 / updates as f64;
+    assert!(ratio >= 0.95, "HOT ratio {ratio:.3} ({hot} of {updates})");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn event_time_is_stored_to_the_nanosecond() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    let at = DateTime::<Utc>::from_timestamp(1_790_000_000, 123_456_789).expect("time");
+    let mut event = Event::new("agent");
+    event.timestamp = at;
+    store.append(&key, event.clone(), AppendOptions::default()).await.expect("append");
+
+    let stored: i64 = sql.query_one("SELECT event_ts FROM adk_events", &[]).await.expect("event_ts").get(0);
+    assert_eq!(stored, 1_790_000_000_123_456_789);
+    let got = store.get(&key, GetOptions { after: Some(at), ..GetOptions::default() }).await.expect("get");
+    assert_eq!(got.events, vec![event]);
+    let later = at + chrono::TimeDelta::nanoseconds(1);
+    let got = store.get(&key, GetOptions { after: Some(later), ..GetOptions::default() }).await.expect("get");
+    assert!(got.events.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_partition_is_a_loud_typed_error() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    // Move the (still empty) session to a day nobody premade.
+    sql.execute("UPDATE adk_sessions SET session_day = '2001-02-03'", &[]).await.expect("move day");
+    let err = store.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("no partition");
+    assert_eq!(err, StoreError::PartitionMissing { day: chrono::NaiveDate::from_ymd_opt(2001, 2, 3).expect("day") });
+    let session = store.get(&key, GetOptions::default()).await.expect("get");
+    assert_eq!(session.version, 0, "nothing may be written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_growing_past_the_cap_is_refused_and_nothing_changes() {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    // Each delta is under the cap on its own; together they are not. Random
+    // text keeps compression from hiding the size.
+    let noise = |seed: u64| -> String {
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..28_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    };
+    store.append(&key, event_with_delta(json!({"a": noise(1)})), AppendOptions::default()).await.expect("first");
+    store.append(&key, event_with_delta(json!({"b": noise(2)})), AppendOptions::default()).await.expect("second");
+    let before = store.get(&key, GetOptions::default()).await.expect("get");
+    let err = store
+        .append(&key, event_with_delta(json!({"c": noise(3)})), AppendOptions::default())
+        .await
+        .expect_err("over the cap");
+    assert!(
+        matches!(&err, StoreError::StateTooLarge { field, .. } if field.contains("session scope")),
+        "{err:?}"
+    );
+    let after = store.get(&key, GetOptions::default()).await.expect("get");
+    assert_eq!(after, before);
+
+    let user_err = store
+        .append(&key, event_with_delta(json!({"user:big": noise(4) + &noise(5) + &noise(6)})), AppendOptions::default())
+        .await
+        .expect_err("user scope over the cap");
+    assert!(matches!(user_err, StoreError::StateTooLarge { .. }), "{user_err:?}");
+    assert_eq!(store.get(&key, GetOptions::default()).await.expect("get"), before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_day_is_the_utc_day_whatever_the_server_time_zone() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    let row = sql
+        .query_one(
+            "SELECT session_day = (now() AT TIME ZONE 'UTC')::date, current_setting('TimeZone')
+             FROM adk_sessions WHERE session_id = $1",
+            &[&key.session_id.as_str()],
+        )
+        .await
+        .expect("day");
+    assert!(row.get::<_, bool>(0), "session_day is not the UTC day under TimeZone {}", row.get::<_, String>(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_session_keeps_other_sessions_events() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let gone = new_session(&store, "app", "user").await;
+    let kept = new_session(&store, "app", "user").await;
+    for key in [&gone, &kept] {
+        for _ in 0..4 {
+            store.append(key, Event::new("user"), AppendOptions::default()).await.expect("append");
+        }
+    }
+    store.delete(&gone).await.expect("delete");
+    let left: Vec<(String, i64)> = sql
+        .query("SELECT session_id, count(*) FROM adk_events GROUP BY 1", &[])
+        .await
+        .expect("count")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(left, vec![(kept.session_id.to_string(), 4)]);
+}

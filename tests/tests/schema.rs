@@ -1,0 +1,294 @@
+//! The data model as migrated: constraints, partitioning, storage settings,
+//! the schema.rs mirror and reversible migrations.
+
+use adk_postgres_storage::migrations::{revert_all_migrations, run_pending_migrations};
+use adk_postgres_storage::schema_print::render_schema;
+use adk_postgres_testing::{empty_database, test_database};
+use adk_postgres_tests::pg::{client, server_binary};
+use futures_util::future::join_all;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+async fn constraint_columns(client: &tokio_postgres::Client, name: &str) -> Vec<String> {
+    let row = client
+        .query_one(
+            "SELECT array_agg(a.attname::text ORDER BY k.ord)
+             FROM pg_constraint c
+             CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+             WHERE c.conname = $1 AND c.conrelid = 'adk_events'::regclass",
+            &[&name],
+        )
+        .await
+        .expect("constraint columns");
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn event_keys_include_session_day() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let key = ["app_name", "user_id", "session_id", "session_day"];
+    assert_eq!(constraint_columns(&sql, "adk_events_pkey").await, [&key[..], &["seq"]].concat());
+    assert_eq!(constraint_columns(&sql, "adk_events_event_id_key").await, [&key[..], &["event_id"]].concat());
+    let strategy: String = sql
+        .query_one(
+            "SELECT p.partstrat::text || ':' || a.attname::text FROM pg_partitioned_table p
+             JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+             WHERE p.partrelid = 'adk_events'::regclass",
+            &[],
+        )
+        .await
+        .expect("partition strategy")
+        .get(0);
+    assert_eq!(strategy, "r:session_day");
+    let cascade: String = sql
+        .query_one(
+            "SELECT confdeltype::text FROM pg_constraint
+             WHERE conname = 'adk_events_session_fkey' AND conrelid = 'adk_events'::regclass",
+            &[],
+        )
+        .await
+        .expect("foreign key")
+        .get(0);
+    assert_eq!(cascade, "c", "the event foreign key must cascade on delete");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn there_is_no_default_partition() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let default_oid: u32 = sql
+        .query_one("SELECT partdefid::oid FROM pg_partitioned_table WHERE partrelid = 'adk_events'::regclass", &[])
+        .await
+        .expect("partitioned table")
+        .get(0);
+    assert_eq!(default_oid, 0);
+    let defaults: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'adk_events'::regclass AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'",
+            &[],
+        )
+        .await
+        .expect("partition bounds")
+        .get(0);
+    assert_eq!(defaults, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_are_built_for_hot_updates() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let options: Vec<String> = sql
+        .query_one("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'adk_sessions'::regclass", &[])
+        .await
+        .expect("reloptions")
+        .get(0);
+    assert!(options.contains(&"fillfactor=80".to_owned()), "{options:?}");
+    // Every column that an append changes must stay out of every index, or
+    // the update stops being HOT.
+    let indexed: Vec<String> = sql
+        .query_one(
+            "SELECT coalesce(array_agg(DISTINCT a.attname::text), '{}')
+             FROM pg_index i
+             JOIN pg_attribute a ON a.attrelid = i.indrelid
+              AND (a.attnum = ANY (i.indkey)
+                   OR pg_get_expr(i.indexprs, i.indrelid) LIKE '%' || a.attname || '%'
+                   OR pg_get_expr(i.indpred, i.indrelid) LIKE '%' || a.attname || '%')
+             WHERE i.indrelid = 'adk_sessions'::regclass AND a.attnum > 0",
+            &[],
+        )
+        .await
+        .expect("indexed columns")
+        .get(0);
+    for changing in ["updated_at", "last_seq", "state"] {
+        assert!(!indexed.contains(&changing.to_owned()), "{changing} is indexed: {indexed:?}");
+    }
+    assert!(indexed.contains(&"expires_at".to_owned()), "the expiry index is missing: {indexed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checks_reject_bad_session_rows() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let insert = "INSERT INTO adk_sessions (app_name, user_id, session_id, state) VALUES ('app', 'user', $1, $2::text::jsonb)";
+    let big_state = format!("{{\"blob\": \"{}\"}}", "x".repeat(70_000));
+    let cases: [(&str, String, &str, &str); 4] = [
+        ("empty session id", String::new(), "{}", "adk_sessions_session_id_sane"),
+        ("129-character session id", "s".repeat(129), "{}", "adk_sessions_session_id_sane"),
+        ("array state", "ok".into(), "[1, 2]", "adk_sessions_state_is_object"),
+        ("oversize state", "ok2".into(), big_state.as_str(), "adk_sessions_state_size"),
+    ];
+    for (what, id, state, constraint) in cases {
+        let err = sql.execute(insert, &[&id, &state]).await.expect_err(what);
+        let db_err = err.as_db_error().unwrap_or_else(|| panic!("{what}: {err}"));
+        assert_eq!(db_err.constraint(), Some(constraint), "{what}: {db_err}");
+    }
+    sql.execute(insert, &[&"s".repeat(128), &"{\"a\": 1}"]).await.expect("a 128-character id is fine");
+    let rows: i64 = sql.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_session_cascades_to_its_events() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    sql.batch_execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id) VALUES ('a', 'u', 's1'), ('a', 'u', 's2');
+         INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT 'a', 'u', s, (now() AT TIME ZONE 'UTC')::date, n, 'e' || n, 'user', n, '{}'
+         FROM unnest(ARRAY['s1', 's2']) s, generate_series(1, 5) n;",
+    )
+    .await
+    .expect("seed");
+    sql.execute("DELETE FROM adk_sessions WHERE session_id = 's1'", &[]).await.expect("delete");
+    let left: Vec<(String, i64)> = sql
+        .query("SELECT session_id, count(*) FROM adk_events GROUP BY 1 ORDER BY 1", &[])
+        .await
+        .expect("count")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(left, vec![("s2".to_owned(), 5)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_must_carry_its_sessions_day() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    sql.execute("INSERT INTO adk_sessions (app_name, user_id, session_id) VALUES ('a', 'u', 's')", &[])
+        .await
+        .expect("session");
+    let err = sql
+        .execute(
+            "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+             VALUES ('a', 'u', 's', (now() AT TIME ZONE 'UTC')::date + 1, 1, 'e', 'user', 1, '{}')",
+            &[],
+        )
+        .await
+        .expect_err("an event on another day than its session");
+    assert_eq!(err.as_db_error().and_then(|e| e.constraint()), Some("adk_events_session_fkey"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn partitions_are_created_idempotently_and_missing_days_fail_loudly() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let day = "2031-03-04";
+    let first: bool = sql
+        .query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day])
+        .await
+        .expect("create")
+        .get(0);
+    let second: bool = sql
+        .query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day])
+        .await
+        .expect("create again")
+        .get(0);
+    assert!(first && !second);
+    let bound: String = sql
+        .query_one("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'adk_events_p20310304'", &[])
+        .await
+        .expect("the partition is named by its day")
+        .get(0);
+    assert_eq!(bound, "FOR VALUES FROM ('2031-03-04') TO ('2031-03-05')");
+
+    sql.execute("INSERT INTO adk_sessions (app_name, user_id, session_id, session_day) VALUES ('a', 'u', 's', '2031-03-09')", &[])
+        .await
+        .expect("session on a day without partition");
+    let err = sql
+        .execute(
+            "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+             VALUES ('a', 'u', 's', '2031-03-09', 1, 'e', 'user', 1, '{}')",
+            &[],
+        )
+        .await
+        .expect_err("no partition for the day");
+    let db_err = err.as_db_error().expect("a server error");
+    assert!(db_err.message().starts_with("no partition of relation \"adk_events\""), "{db_err}");
+    let stored: i64 = sql.query_one("SELECT count(*) FROM adk_events", &[]).await.expect("count").get(0);
+    assert_eq!(stored, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_partition_creation_is_harmless() {
+    let db = test_database().await;
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(client(db.url()).await);
+    }
+    let results = join_all(clients.iter().map(|c| async move {
+        c.query_one("SELECT adk_ensure_event_partition('2032-01-01')", &[]).await.map(|r| r.get::<_, bool>(0))
+    }))
+    .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(results.iter().filter(|r| matches!(r, Ok(true))).count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_rs_matches_database() {
+    let db = test_database().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
+    let rendered = render_schema(&mut conn).await.expect("render schema");
+    let checked_in = include_str!("../../crates/storage/src/schema.rs");
+    assert!(
+        rendered == checked_in,
+        "crates/storage/src/schema.rs is stale; regenerate it with `cargo xtask schema`.\n--- expected ---\n{rendered}"
+    );
+}
+
+async fn schema_dump(url: &str) -> String {
+    let pg_dump = server_binary("pg_dump");
+    let output = tokio::process::Command::new(&pg_dump)
+        .args(["--schema-only", "--no-owner", "--no-privileges", "--dbname", url])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {}: {e}", pg_dump.display()));
+    assert!(output.status.success(), "pg_dump failed: {}", String::from_utf8_lossy(&output.stderr));
+    // pg_dump fences its output with a random \restrict key each run.
+    String::from_utf8(output.stdout)
+        .expect("utf-8 dump")
+        .lines()
+        .filter(|line| !line.starts_with("\\restrict") && !line.starts_with("\\unrestrict"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrations_run_up_down_up_to_the_same_schema() {
+    let db = empty_database().await;
+    let applied = run_pending_migrations(db.url()).await.expect("up");
+    assert!(applied.len() >= 2, "{applied:?}");
+    let first = schema_dump(db.url()).await;
+    assert!(first.contains("CREATE TABLE public.adk_events"), "{first}");
+
+    let reverted = revert_all_migrations(db.url()).await.expect("down");
+    assert_eq!(reverted.len(), applied.len());
+    let sql = client(db.url()).await;
+    let left: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relname LIKE 'adk%'",
+            &[],
+        )
+        .await
+        .expect("count relations")
+        .get(0);
+    assert_eq!(left, 0, "down.sql left relations behind");
+    let functions: i64 = sql
+        .query_one("SELECT count(*) FROM pg_proc WHERE proname LIKE 'adk%'", &[])
+        .await
+        .expect("count functions")
+        .get(0);
+    assert_eq!(functions, 0, "down.sql left functions behind");
+
+    run_pending_migrations(db.url()).await.expect("up again");
+    let second = schema_dump(db.url()).await;
+    let differing: Vec<(&str, &str)> = first.lines().zip(second.lines()).filter(|(a, b)| a != b).take(5).collect();
+    assert!(
+        first == second,
+        "the schema after up-down-up differs ({} vs {} lines); first differences: {differing:#?}",
+        first.lines().count(),
+        second.lines().count()
+    );
+}
