@@ -137,6 +137,21 @@ impl Event {
     }
 }
 
+impl Event {
+    /// Checks a rollover summary: stored, never partial, and without a state
+    /// delta (the successor starts from the closed session's state as is).
+    pub fn prepare_summary(&self) -> Result<PreparedEvent, StoreError> {
+        if self.is_partial() {
+            return Err(StoreError::invalid("summary.partial", "a rollover summary cannot be partial"));
+        }
+        let prepared = self.prepare()?;
+        if !prepared.delta.is_empty() {
+            return Err(StoreError::invalid("summary.actions.state_delta", "a rollover summary cannot change state"));
+        }
+        Ok(prepared)
+    }
+}
+
 /// An event checked and split for writing.
 #[derive(Debug, Clone)]
 pub struct PreparedEvent {

@@ -280,4 +280,50 @@ impl SessionStore for InMemoryStore {
         stored.events.push(event.clone());
         Ok(Appended { event, seq: Some(stored.last_seq), replayed: false, last_update_time: Some(stored.updated_at) })
     }
+
+    async fn rollover(
+        &self,
+        key: &SessionKey,
+        successor_id: Option<String>,
+        summary: Event,
+    ) -> Result<Session, StoreError> {
+        let successor_id = SessionId::from_requested(successor_id.as_deref())?;
+        let summary = summary.without_temp_state();
+        summary.prepare_summary()?;
+        let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id.clone());
+        let now = now_micros();
+        let mut tables = self.tables();
+        let old = tables
+            .sessions
+            .get(key)
+            .filter(|s| s.is_live(now))
+            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        if old.closed_at.is_some() {
+            return Err(StoreError::SessionClosed { key: key.clone(), successor: old.successor.clone() });
+        }
+        if tables.sessions.contains_key(&successor) {
+            return Err(StoreError::AlreadyExists(successor));
+        }
+        let state = old.state.clone();
+        let expires_at = self.config.default_ttl.map(|ttl| ttl_deadline(now, ttl)).transpose()?;
+        if let Some(old) = tables.sessions.get_mut(key) {
+            old.closed_at = Some(now);
+            old.successor = Some(successor_id);
+            old.updated_at = old.updated_at.max(now);
+        }
+        tables.sessions.insert(
+            successor.clone(),
+            StoredSession {
+                state,
+                events: vec![summary],
+                last_seq: 1,
+                created_at: now,
+                updated_at: now,
+                expires_at,
+                closed_at: None,
+                successor: None,
+            },
+        );
+        Self::load(&tables, &successor, GetOptions::default())
+    }
 }

@@ -31,4 +31,16 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Appends an event and applies its state delta atomically, assigning the
     /// next gapless sequence number. Partial events are returned unstored.
     async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError>;
+
+    /// Closes a session and opens its successor atomically: a new id
+    /// (`successor_id`, or a generated one), the closed session's
+    /// session-scoped state, today's partition, and `summary` as its first
+    /// event. Later appends to the closed session fail with `SessionClosed`.
+    /// This is how a conversation outlives the maximum session lifetime.
+    async fn rollover(
+        &self,
+        key: &SessionKey,
+        successor_id: Option<String>,
+        summary: Event,
+    ) -> Result<Session, StoreError>;
 }

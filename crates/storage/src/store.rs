@@ -103,6 +103,26 @@ const APPEND_SQL: &str = "\
 SELECT outcome, seq, session_day, updated_at, payload, successor_id
 FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
+const ROLLOVER_SQL: &str = "\
+SELECT outcome, state, created_at, updated_at, expires_at, successor_id
+FROM adk_rollover_session($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+#[derive(QueryableByName)]
+struct RolloverRow {
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    state: Option<Value>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    created_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    updated_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    successor_id: Option<String>,
+}
+
 #[derive(QueryableByName)]
 struct CreatedRow {
     #[diesel(sql_type = Timestamptz)]
@@ -454,6 +474,66 @@ impl SessionStore for PgSessionStore {
             }),
             other => {
                 Err(StoreError::Database { message: format!("adk_append_event returned unknown outcome {other:?}") })
+            }
+        }
+    }
+
+    async fn rollover(
+        &self,
+        key: &SessionKey,
+        successor_id: Option<String>,
+        summary: Event,
+    ) -> Result<Session, StoreError> {
+        let successor_id = SessionId::from_requested(successor_id.as_deref())?;
+        let summary = summary.without_temp_state();
+        let prepared = summary.prepare_summary()?;
+        let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;
+        let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
+        let row = {
+            let mut conn = self.pool.get().await.map_err(from_pool)?;
+            diesel::sql_query(ROLLOVER_SQL)
+                .bind::<Text, _>(key.app_name.as_str())
+                .bind::<Text, _>(key.user_id.as_str())
+                .bind::<Text, _>(key.session_id.as_str())
+                .bind::<Text, _>(successor.session_id.as_str())
+                .bind::<Text, _>(summary.id.as_str())
+                .bind::<Nullable<Text>, _>(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty()))
+                .bind::<Text, _>(summary.author.as_str())
+                .bind::<BigInt, _>(prepared.event_ts)
+                .bind::<Jsonb, _>(&prepared.payload)
+                .bind::<Nullable<Interval>, _>(ttl)
+                .get_result::<RolloverRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, "state"))?
+        };
+        match row.outcome.as_str() {
+            "rolled" => {
+                let session_state = stored_state("session state", row.state)?;
+                let mut session = Session {
+                    key: successor,
+                    state: session_state,
+                    events: vec![summary],
+                    version: 1,
+                    last_update_time: row.updated_at.unwrap_or_else(Utc::now),
+                    created_at: row.created_at.unwrap_or_else(Utc::now),
+                    expires_at: row.expires_at,
+                    closed_at: None,
+                    successor: None,
+                };
+                // The successor shares app and user state with its
+                // predecessor; one more read returns it merged and live.
+                let live = self.get(&session.key, GetOptions { num_recent_events: Some(0), after: None }).await?;
+                session.state = live.state;
+                Ok(session)
+            }
+            "not_found" => Err(StoreError::NotFound(key.clone())),
+            "closed" => Err(StoreError::SessionClosed {
+                key: key.clone(),
+                successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
+            }),
+            "exists" => Err(StoreError::AlreadyExists(successor)),
+            other => {
+                Err(StoreError::Database { message: format!("adk_rollover_session returned unknown outcome {other:?}") })
             }
         }
     }

@@ -1,0 +1,44 @@
+//! Errors of the operations room.
+
+/// Why a maintenance, expiry, conversion, index or health operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpsError {
+    #[error("could not connect: {0}")]
+    Connect(#[from] diesel::ConnectionError),
+    #[error("{context}: {source}")]
+    Query {
+        context: String,
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// A DDL statement kept waiting for its lock past `lock_timeout` on
+    /// every attempt; live traffic was never blocked for longer than that.
+    #[error("gave up after {attempts} attempts waiting for a lock: {statement}")]
+    LockTimeout { statement: String, attempts: u32 },
+    #[error("the database is not migrated: {0}")]
+    NotMigrated(String),
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: &'static str, reason: String },
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl OpsError {
+    pub(crate) fn query(context: impl Into<String>) -> impl FnOnce(diesel::result::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Query { context, source }
+    }
+}
+
+/// Whether `error` is PostgreSQL giving up on a lock (lock_timeout) or
+/// breaking a deadlock: both are worth another attempt after a pause.
+pub(crate) fn is_lock_wait(error: &diesel::result::Error) -> bool {
+    match error {
+        diesel::result::Error::DatabaseError(_, info) => {
+            let message = info.message();
+            message.contains("lock timeout") || message.starts_with("deadlock detected")
+        }
+        _ => false,
+    }
+}

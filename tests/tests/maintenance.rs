@@ -1,0 +1,357 @@
+//! Partition maintenance against a real PostgreSQL, with "today" injected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use adk_postgres_domain::{AppendOptions, Event, SessionStore};
+use adk_postgres_retention::{HealthThresholds, MaintenanceConfig, health, run_maintenance};
+use adk_postgres_testing::test_database;
+use adk_postgres_tests::pg::{client, new_session, store};
+use chrono::{Days, NaiveDate, Utc};
+use tokio_postgres::Client;
+
+fn day(text: &str) -> NaiveDate {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").expect("day")
+}
+
+fn plus(d: NaiveDate, n: i64) -> NaiveDate {
+    if n >= 0 { d.checked_add_days(Days::new(n as u64)) } else { d.checked_sub_days(Days::new((-n) as u64)) }
+        .expect("day in range")
+}
+
+/// Removes every partition, so a test starts from an empty set.
+async fn drop_all_partitions(sql: &Client) {
+    sql.batch_execute(
+        "DO $$ DECLARE p regclass; BEGIN
+           FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'adk_events'::regclass LOOP
+             EXECUTE format('DROP TABLE %s', p);
+           END LOOP; END $$;",
+    )
+    .await
+    .expect("drop partitions");
+}
+
+async fn partition_days(sql: &Client) -> Vec<NaiveDate> {
+    let rows = sql
+        .query(
+            "SELECT substring(c.relname from 13)::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'adk_events'::regclass ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("partitions");
+    rows.iter().map(|r| NaiveDate::parse_from_str(r.get::<_, &str>(0), "%Y%m%d").expect("partition day")).collect()
+}
+
+async fn default_partition(sql: &Client) -> u32 {
+    sql.query_one("SELECT partdefid::oid FROM pg_partitioned_table WHERE partrelid = 'adk_events'::regclass", &[])
+        .await
+        .expect("partdefid")
+        .get(0)
+}
+
+fn days(from: NaiveDate, to: NaiveDate) -> Vec<NaiveDate> {
+    from.iter_days().take_while(|d| *d <= to).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn premakes_from_the_clock_and_fills_gaps() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-01-10");
+    let config = MaintenanceConfig::default();
+
+    let first = run_maintenance(db.url(), today, &config).await.expect("first run");
+    assert_eq!(first.created, days(today, plus(today, 7)));
+    assert_eq!(first.partitions_ahead, 7);
+    assert_eq!(partition_days(&sql).await, days(today, plus(today, 7)));
+
+    let again = run_maintenance(db.url(), today, &config).await.expect("same day again");
+    assert!(again.created.is_empty(), "{again:?}");
+
+    let next_day = run_maintenance(db.url(), plus(today, 1), &config).await.expect("next day");
+    assert_eq!(next_day.created, vec![plus(today, 8)]);
+
+    for gap in 3..=5 {
+        sql.batch_execute(&format!("DROP TABLE adk_events_p{}", plus(today, gap).format("%Y%m%d"))).await.expect("gap");
+    }
+    let filled = run_maintenance(db.url(), plus(today, 1), &config).await.expect("fill the gap");
+    assert_eq!(filled.created, days(plus(today, 3), plus(today, 5)));
+    assert_eq!(partition_days(&sql).await, days(today, plus(today, 8)));
+    assert_eq!(default_partition(&sql).await, 0, "no default partition, ever");
+}
+
+/// Sessions and events on `day`, written behind the store's back so the
+/// day can be in the past.
+async fn seed_day(sql: &Client, day: NaiveDate, sessions: i32, events_per_session: i32) {
+    sql.execute("SELECT adk_ensure_event_partition($1)", &[&day]).await.expect("partition");
+    sql.execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq)
+         SELECT 'app', 'user', $1::date::text || '-' || s, $1, $3::int FROM generate_series(1, $2) s",
+        &[&day, &sessions, &events_per_session],
+    )
+    .await
+    .expect("sessions");
+    sql.execute(
+        "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT 'app', 'user', $1::date::text || '-' || s, $1, n, 'e' || n, 'agent', n,
+                jsonb_build_object('id', 'e' || n, 'text', repeat(md5(s::text || n::text), 4))
+         FROM generate_series(1, $2) s, generate_series(1, $3) n",
+        &[&day, &sessions, &events_per_session],
+    )
+    .await
+    .expect("events");
+}
+
+async fn day_fingerprints(sql: &Client) -> Vec<(NaiveDate, i64, String)> {
+    sql.query(
+        "SELECT session_day, count(*), md5(string_agg(session_id || ':' || seq || ':' || payload::text, ',' ORDER BY session_id, seq))
+         FROM adk_events GROUP BY 1 ORDER BY 1",
+        &[],
+    )
+    .await
+    .expect("fingerprints")
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drops_exactly_the_days_past_lifetime_and_retention() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-03-01");
+    for back in 0..60 {
+        seed_day(&sql, plus(today, -back), 3, 5).await;
+    }
+    let config = MaintenanceConfig::default();
+    let cutoff = plus(today, -37);
+    let before = day_fingerprints(&sql).await;
+
+    let report = run_maintenance(db.url(), today, &config).await.expect("maintenance");
+    let expected_dropped: Vec<String> = days(plus(today, -59), plus(today, -38))
+        .iter()
+        .map(|d| format!("adk_events_p{}", d.format("%Y%m%d")))
+        .collect();
+    assert_eq!(report.dropped, expected_dropped);
+    assert_eq!(report.detached, expected_dropped);
+    assert_eq!(report.sessions_deleted, 22 * 3);
+    assert_eq!(report.created, days(plus(today, 1), plus(today, 7)));
+
+    let kept: Vec<_> = before.into_iter().filter(|(d, _, _)| *d >= cutoff).collect();
+    assert_eq!(kept.len(), 38);
+    assert_eq!(day_fingerprints(&sql).await, kept, "a kept day changed");
+    let old_sessions: i64 = sql
+        .query_one("SELECT count(*) FROM adk_sessions WHERE session_day < $1", &[&cutoff])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(old_sessions, 0);
+    let kept_sessions: i64 = sql.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
+    assert_eq!(kept_sessions, 38 * 3);
+
+    let second = run_maintenance(db.url(), today, &config).await.expect("second run");
+    assert!(second.dropped.is_empty() && second.created.is_empty() && second.sessions_deleted == 0, "{second:?}");
+}
+
+async fn wal_lsn(sql: &Client) -> String {
+    sql.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.expect("lsn").get(0)
+}
+
+async fn wal_since(sql: &Client, from: &str) -> i64 {
+    sql.query_one("SELECT (pg_current_wal_insert_lsn() - $1::text::pg_lsn)::bigint", &[&from])
+        .await
+        .expect("wal")
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_a_day_writes_under_one_percent_of_the_wal_of_deleting_it() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-06-01");
+    // The deleted day is recent, so the measured run retires only the dropped one.
+    let deleted_day = plus(today, -10);
+    let dropped_day = plus(today, -49);
+    // Few sessions with many events each: the day's bulk is its events.
+    seed_day(&sql, deleted_day, 20, 5000).await;
+    seed_day(&sql, dropped_day, 20, 5000).await;
+    // Premake first (keeping everything), so the measured run only retires
+    // days; settle the tables so autovacuum has nothing to write meanwhile.
+    run_maintenance(db.url(), today, &MaintenanceConfig { retention_days: 1000, ..Default::default() })
+        .await
+        .expect("premake");
+    sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions").await.expect("vacuum");
+    for d in [deleted_day, dropped_day] {
+        sql.batch_execute(&format!("ALTER TABLE adk_events_p{} SET (autovacuum_enabled = off)", d.format("%Y%m%d")))
+            .await
+            .expect("autovacuum off");
+    }
+    sql.batch_execute("ALTER TABLE adk_sessions SET (autovacuum_enabled = off); CHECKPOINT").await.expect("settle");
+
+    let start = wal_lsn(&sql).await;
+    let deleted = sql.execute("DELETE FROM adk_events WHERE session_day = $1", &[&deleted_day]).await.expect("delete");
+    let delete_wal = wal_since(&sql, &start).await;
+    assert_eq!(deleted, 100_000);
+
+    let start = wal_lsn(&sql).await;
+    let report = run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("drop");
+    let drop_wal = wal_since(&sql, &start).await;
+    assert!(report.dropped.contains(&format!("adk_events_p{}", dropped_day.format("%Y%m%d"))), "{report:?}");
+    let ratio = drop_wal as f64 / delete_wal as f64;
+    println!("WAL: DELETE {delete_wal} bytes, maintenance drop {drop_wal} bytes, ratio {ratio:.4}");
+    assert!(ratio < 0.01, "drop wrote {drop_wal} bytes of WAL, DELETE {delete_wal}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_runs_at_once_neither_fails_and_the_result_is_one_run() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-02-01");
+    for back in 38..45 {
+        seed_day(&sql, plus(today, -back), 2, 3).await;
+    }
+    let config = MaintenanceConfig::default();
+    let (a, b) = tokio::join!(run_maintenance(db.url(), today, &config), run_maintenance(db.url(), today, &config));
+    let (a, b) = (a.expect("first run"), b.expect("second run"));
+    assert!(a.waited_for_other_run || b.waited_for_other_run, "the runs did not overlap? {a:?} {b:?}");
+    let mut created = [a.created.clone(), b.created.clone()].concat();
+    created.sort();
+    assert_eq!(created, days(today, plus(today, 7)), "each day created exactly once");
+    assert_eq!(a.dropped.len() + b.dropped.len(), 7);
+    assert_eq!(a.sessions_deleted + b.sessions_deleted, 14);
+    assert_eq!(partition_days(&sql).await, days(today, plus(today, 7)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detach_interrupted_after_its_first_phase_is_finalized() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-04-01");
+    let old = plus(today, -40);
+    seed_day(&sql, old, 2, 3).await;
+    let partition = format!("adk_events_p{}", old.format("%Y%m%d"));
+
+    // A reader holding a snapshot makes DETACH … CONCURRENTLY wait in its
+    // second phase; cancelling it there leaves the detach pending.
+    let reader = client(db.url()).await;
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM adk_events;")
+        .await
+        .expect("reader");
+    let detacher = client(db.url()).await;
+    let detacher_pid: i32 = detacher.query_one("SELECT pg_backend_pid()", &[]).await.expect("pid").get(0);
+    let statement = format!("ALTER TABLE adk_events DETACH PARTITION {partition} CONCURRENTLY");
+    let detach = tokio::spawn(async move { detacher.batch_execute(&statement).await });
+    let mut pending = false;
+    for _ in 0..100 {
+        pending = sql
+            .query_one(
+                "SELECT coalesce(bool_or(inhdetachpending), false) FROM pg_inherits WHERE inhparent = 'adk_events'::regclass",
+                &[],
+            )
+            .await
+            .expect("pending")
+            .get(0);
+        if pending {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pending, "the detach never reached its second phase");
+    sql.execute("SELECT pg_cancel_backend($1)", &[&detacher_pid]).await.expect("cancel");
+    assert!(detach.await.expect("join").is_err(), "the detach should have been cancelled");
+    reader.batch_execute("COMMIT").await.expect("end reader");
+
+    let report = run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance");
+    assert_eq!(report.finalized, vec![partition.clone()]);
+    assert!(report.dropped.contains(&partition), "{report:?}");
+    assert_eq!(report.sessions_deleted, 2);
+    let left: i64 =
+        sql.query_one("SELECT count(*) FROM pg_class WHERE relname = $1", &[&partition]).await.expect("count").get(0);
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_under_eight_writers_loses_nothing() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let today = Utc::now().date_naive();
+    for back in 40..50 {
+        seed_day(&sql, plus(today, -back), 5, 20).await;
+    }
+    let store = Arc::new(store(db.url()).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stored = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let store = Arc::clone(&store);
+        let stop = Arc::clone(&stop);
+        let stored = Arc::clone(&stored);
+        writers.push(tokio::spawn(async move {
+            let key = new_session(store.as_ref(), "app", &format!("writer-{w}")).await;
+            let mut appended = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                store
+                    .append(&key, Event::new("agent"), AppendOptions::default())
+                    .await
+                    .expect("append under maintenance");
+                appended += 1;
+                stored.fetch_add(1, Ordering::Relaxed);
+            }
+            (key, appended)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for writer in writers {
+        let (key, appended) = writer.await.expect("writer");
+        let session = store.get(&key, Default::default()).await.expect("get");
+        assert_eq!(session.events.len() as u64, appended, "lost appends in {key}");
+        assert_eq!(session.version, appended);
+        total += appended;
+    }
+    assert_eq!(total, stored.load(Ordering::Relaxed));
+    assert!(total > 8, "the writers barely ran: {total}");
+    assert_eq!(reports[0].dropped.len(), 10, "{:?}", reports[0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_alerts_when_few_partitions_are_ahead() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = Utc::now().date_naive();
+    let thresholds = HealthThresholds::default();
+
+    let before = health(db.url(), today, &thresholds).await.expect("health");
+    assert!(!before.is_healthy());
+    assert!(before.alerts.iter().any(|a| a.contains("never run")), "{:?}", before.alerts);
+
+    run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance");
+    let healthy = health(db.url(), today, &thresholds).await.expect("health");
+    assert!(healthy.is_healthy(), "{:?}", healthy.alerts);
+    assert_eq!(healthy.partitions_ahead, 7);
+    assert!(healthy.last_run.is_some());
+
+    for ahead in 3..=7 {
+        sql.batch_execute(&format!("DROP TABLE adk_events_p{}", plus(today, ahead).format("%Y%m%d")))
+            .await
+            .expect("drop");
+    }
+    let thin = health(db.url(), today, &thresholds).await.expect("health");
+    assert_eq!(thin.partitions_ahead, 2);
+    assert!(thin.alerts.iter().any(|a| a.contains("only 2 future")), "{:?}", thin.alerts);
+}
