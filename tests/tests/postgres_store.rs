@@ -157,10 +157,7 @@ async fn state_growing_past_the_cap_is_refused_and_nothing_changes() {
         .append(&key, event_with_delta(json!({"c": noise(3)})), AppendOptions::default())
         .await
         .expect_err("over the cap");
-    assert!(
-        matches!(&err, StoreError::StateTooLarge { field, .. } if field.contains("session scope")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::StateTooLarge { field, .. } if field.contains("session scope")), "{err:?}");
     let after = store.get(&key, GetOptions::default()).await.expect("get");
     assert_eq!(after, before);
 

@@ -5,8 +5,8 @@ use adk_postgres_storage::migrations::{revert_all_migrations, run_pending_migrat
 use adk_postgres_storage::schema_print::render_schema;
 use adk_postgres_testing::{empty_database, test_database};
 use adk_postgres_tests::pg::{client, server_binary};
-use futures_util::future::join_all;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use futures_util::future::join_all;
 
 async fn constraint_columns(client: &tokio_postgres::Client, name: &str) -> Vec<String> {
     let row = client
@@ -111,7 +111,8 @@ async fn sessions_are_built_for_hot_updates() {
 async fn checks_reject_bad_session_rows() {
     let db = test_database().await;
     let sql = client(db.url()).await;
-    let insert = "INSERT INTO adk_sessions (app_name, user_id, session_id, state) VALUES ('app', 'user', $1, $2::text::jsonb)";
+    let insert =
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, state) VALUES ('app', 'user', $1, $2::text::jsonb)";
     let big_state = format!("{{\"blob\": \"{}\"}}", "x".repeat(70_000));
     let cases: [(&str, String, &str, &str); 4] = [
         ("empty session id", String::new(), "{}", "adk_sessions_session_id_sane"),
@@ -175,16 +176,10 @@ async fn partitions_are_created_idempotently_and_missing_days_fail_loudly() {
     let db = test_database().await;
     let sql = client(db.url()).await;
     let day = "2031-03-04";
-    let first: bool = sql
-        .query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day])
-        .await
-        .expect("create")
-        .get(0);
-    let second: bool = sql
-        .query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day])
-        .await
-        .expect("create again")
-        .get(0);
+    let first: bool =
+        sql.query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day]).await.expect("create").get(0);
+    let second: bool =
+        sql.query_one("SELECT adk_ensure_event_partition($1::text::date)", &[&day]).await.expect("create again").get(0);
     assert!(first && !second);
     let bound: String = sql
         .query_one("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'adk_events_p20310304'", &[])
@@ -193,9 +188,12 @@ async fn partitions_are_created_idempotently_and_missing_days_fail_loudly() {
         .get(0);
     assert_eq!(bound, "FOR VALUES FROM ('2031-03-04') TO ('2031-03-05')");
 
-    sql.execute("INSERT INTO adk_sessions (app_name, user_id, session_id, session_day) VALUES ('a', 'u', 's', '2031-03-09')", &[])
-        .await
-        .expect("session on a day without partition");
+    sql.execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day) VALUES ('a', 'u', 's', '2031-03-09')",
+        &[],
+    )
+    .await
+    .expect("session on a day without partition");
     let err = sql
         .execute(
             "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)

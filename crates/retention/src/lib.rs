@@ -1,1 +1,24 @@
-//! placeholder
+//! The operations room of adk-postgres: everything an operator runs
+//! unattended against a live database. Partition maintenance (premake ahead
+//! of the clock, drop days past lifetime plus retention, recover from
+//! interrupted runs), session expiry, health, conversion of a live
+//! unpartitioned event table, and concurrent index builds on the
+//! partitioned log.
+//!
+//! Every operation opens its own autocommit connection: some DDL refuses a
+//! transaction block, and none of it should hold a pooled connection that
+//! serves traffic. Every DDL statement runs under `lock_timeout` with retry,
+//! so live appends never queue behind it for long.
+
+pub mod error;
+pub mod expiry;
+pub mod health;
+pub mod maintenance;
+pub mod partitions;
+pub mod sql;
+
+pub use error::OpsError;
+pub use expiry::{ExpiryReport, expire_sessions};
+pub use health::{HealthReport, HealthThresholds, health};
+pub use maintenance::{MaintenanceConfig, MaintenanceReport, run_maintenance};
+pub use sql::LockPolicy;
