@@ -1,1 +1,4 @@
 //! Shared helpers of the integration tests.
+
+pub mod conformance;
+pub mod pg;

@@ -110,6 +110,16 @@ impl Event {
         self
     }
 
+    /// Checks the event and returns it as stored (`temp:` keys removed)
+    /// together with its split delta and payload. Keys are validated before
+    /// `temp:` keys are dropped, so a malformed key is refused, not ignored.
+    pub fn prepare_for_store(self) -> Result<(Self, PreparedEvent), StoreError> {
+        ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
+        let stored = self.without_temp_state();
+        let prepared = stored.prepare()?;
+        Ok((stored, prepared))
+    }
+
     /// Checks everything a store needs before writing, and returns the state
     /// delta split by scope together with the event's JSON payload.
     pub fn prepare(&self) -> Result<PreparedEvent, StoreError> {

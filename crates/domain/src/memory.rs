@@ -228,8 +228,7 @@ impl SessionStore for InMemoryStore {
         if event.is_partial() {
             return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
         }
-        let event = event.without_temp_state();
-        let prepared = event.prepare()?;
+        let (event, prepared) = event.prepare_for_store()?;
         let now = now_micros();
         let mut tables = self.tables();
         let stored =
@@ -288,6 +287,7 @@ impl SessionStore for InMemoryStore {
         summary: Event,
     ) -> Result<Session, StoreError> {
         let successor_id = SessionId::from_requested(successor_id.as_deref())?;
+        ScopedState::split("summary.actions.state_delta", &summary.actions.state_delta)?;
         let summary = summary.without_temp_state();
         summary.prepare_summary()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id.clone());

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 
 use crate::error::StoreError;
 use crate::event::Event;
@@ -190,6 +190,11 @@ impl PageToken {
             return Err(bad());
         }
         let micros = parts.next().and_then(|m| m.parse::<i64>().ok()).ok_or_else(bad)?;
+        // Only positions a listing can produce: a real instant in years 1 to 9999.
+        let plausible = DateTime::<Utc>::from_timestamp_micros(micros).is_some_and(|t| (1..=9999).contains(&t.year()));
+        if !plausible {
+            return Err(bad());
+        }
         let id = parts.next().ok_or_else(bad).and_then(|id| SessionId::new(id).map_err(|_| bad()))?;
         Ok((micros, id))
     }
@@ -224,6 +229,8 @@ mod tests {
         let id = SessionId::new("s:1").unwrap();
         let token = PageToken::after(-5, &id);
         assert_eq!(PageToken::parse(token.as_str()).unwrap().position().unwrap(), (-5, id));
+        let out_of_range = PageToken::after(i64::MIN, &SessionId::new("s").unwrap());
+        assert!(out_of_range.position().is_err());
         for garbage in ["", "!!", "djE6eDp5", "bm9wZQ"] {
             assert!(
                 matches!(PageToken::parse(garbage), Err(StoreError::InvalidInput { field, .. }) if field == "page_token")

@@ -419,8 +419,7 @@ impl SessionStore for PgSessionStore {
         if event.is_partial() {
             return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
         }
-        let event = event.without_temp_state();
-        let prepared = event.prepare()?;
+        let (event, prepared) = event.prepare_for_store()?;
         let expected = options
             .expected_version
             .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
@@ -485,6 +484,7 @@ impl SessionStore for PgSessionStore {
         summary: Event,
     ) -> Result<Session, StoreError> {
         let successor_id = SessionId::from_requested(successor_id.as_deref())?;
+        ScopedState::split("summary.actions.state_delta", &summary.actions.state_delta)?;
         let summary = summary.without_temp_state();
         let prepared = summary.prepare_summary()?;
         let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;

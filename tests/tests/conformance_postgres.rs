@@ -1,0 +1,29 @@
+//! The conformance suite against the PostgreSQL store, each test on a
+//! freshly migrated database of its own.
+
+use std::sync::Arc;
+
+use adk_postgres_domain::{SessionStore, StoreConfig};
+use adk_postgres_storage::{PgSessionStore, PoolConfig};
+use adk_postgres_testing::{TestDatabase, test_database};
+use adk_postgres_tests::conformance::StoreFactory;
+use tokio::sync::OnceCell;
+
+/// One database per test, created on first use and dropped with the factory
+/// at the end of the test; every store a case asks for is a pool on it.
+#[derive(Debug, Default)]
+struct PgFactory {
+    db: OnceCell<TestDatabase>,
+}
+
+impl StoreFactory for PgFactory {
+    async fn store(&self, config: StoreConfig) -> Arc<dyn SessionStore> {
+        let db = self.db.get_or_init(test_database).await;
+        let store = PgSessionStore::connect(db.url(), &PoolConfig::default(), config)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", db.url()));
+        Arc::new(store)
+    }
+}
+
+adk_postgres_tests::conformance_tests!(PgFactory::default());
