@@ -293,11 +293,8 @@ impl SessionStore for InMemoryStore {
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id.clone());
         let now = now_micros();
         let mut tables = self.tables();
-        let old = tables
-            .sessions
-            .get(key)
-            .filter(|s| s.is_live(now))
-            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let old =
+            tables.sessions.get(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
         if old.closed_at.is_some() {
             return Err(StoreError::SessionClosed { key: key.clone(), successor: old.successor.clone() });
         }

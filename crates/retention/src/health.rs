@@ -119,7 +119,11 @@ struct NowRow {
 }
 
 /// Reads health as of `today` (UTC).
-pub async fn health(database_url: &str, today: NaiveDate, thresholds: &HealthThresholds) -> Result<HealthReport, OpsError> {
+pub async fn health(
+    database_url: &str,
+    today: NaiveDate,
+    thresholds: &HealthThresholds,
+) -> Result<HealthReport, OpsError> {
     let mut conn = connect(database_url, "adk-pg status", &LockPolicy::default()).await?;
     health_on(&mut conn, today, thresholds).await
 }
@@ -204,8 +208,8 @@ pub async fn health_on(
         today,
         partitions: partitions.len(),
         partitions_ahead,
-        oldest_partition: partitions.iter().next().map(|p| p.name.clone()),
-        newest_partition: partitions.iter().next_back().map(|p| p.name.clone()),
+        oldest_partition: <[_]>::first(&partitions).map(|p| p.name.clone()),
+        newest_partition: <[_]>::last(&partitions).map(|p| p.name.clone()),
         pending_detaches,
         orphaned_partitions,
         last_run,

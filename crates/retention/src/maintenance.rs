@@ -16,7 +16,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
 use crate::error::OpsError;
-use crate::partitions::{Partition, days_ahead, day_of_partition, list_orphans, list_partitions, partition_name};
+use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
 use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
@@ -221,11 +221,8 @@ async fn maintain_locked(
     }
 
     // 4. Drop whole partitions past lifetime + retention.
-    let expired: Vec<Partition> = list_partitions(conn)
-        .await?
-        .into_iter()
-        .filter(|p| p.to.is_some_and(|to| to <= cutoff))
-        .collect();
+    let expired: Vec<Partition> =
+        list_partitions(conn).await?.into_iter().filter(|p| p.to.is_some_and(|to| to <= cutoff)).collect();
     for partition in &expired {
         ddl(
             conn,

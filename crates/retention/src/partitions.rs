@@ -90,10 +90,9 @@ pub async fn list_partitions(conn: &mut AsyncPgConnection) -> Result<Vec<Partiti
     let mut partitions = Vec::with_capacity(rows.len());
     for row in rows {
         let bound = row.bound.unwrap_or_default();
-        let (from, to) = parse_bound(&bound).ok_or_else(|| OpsError::Conflict(format!(
-            "partition {} has a bound this tool does not understand: {bound}",
-            row.name
-        )))?;
+        let (from, to) = parse_bound(&bound).ok_or_else(|| {
+            OpsError::Conflict(format!("partition {} has a bound this tool does not understand: {bound}", row.name))
+        })?;
         partitions.push(Partition { schema: row.schema, name: row.name, from, to, detach_pending: row.detach_pending });
     }
     partitions.sort_by_key(|p| (p.from, p.to));

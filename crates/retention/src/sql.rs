@@ -33,7 +33,11 @@ impl Default for LockPolicy {
 /// Opens an autocommit connection for operations work: ISO dates (partition
 /// bounds are parsed from text), UTC, no statement timeout, and the
 /// policy's lock timeout.
-pub async fn connect(database_url: &str, application_name: &str, policy: &LockPolicy) -> Result<AsyncPgConnection, OpsError> {
+pub async fn connect(
+    database_url: &str,
+    application_name: &str,
+    policy: &LockPolicy,
+) -> Result<AsyncPgConnection, OpsError> {
     let mut conn = AsyncPgConnection::establish(database_url).await?;
     let app = application_name.replace('\'', "''");
     conn.batch_execute(&format!(

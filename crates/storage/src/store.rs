@@ -532,9 +532,9 @@ impl SessionStore for PgSessionStore {
                 successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
             }),
             "exists" => Err(StoreError::AlreadyExists(successor)),
-            other => {
-                Err(StoreError::Database { message: format!("adk_rollover_session returned unknown outcome {other:?}") })
-            }
+            other => Err(StoreError::Database {
+                message: format!("adk_rollover_session returned unknown outcome {other:?}"),
+            }),
         }
     }
 }

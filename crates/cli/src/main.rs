@@ -1,0 +1,137 @@
+//! `adk-pg`, the operator's tool: one binary to migrate, keep partitions
+//! ahead of the clock, retire old days, expire sessions, convert a live
+//! event table, build indexes without blocking writes, and report health.
+//!
+//! Exit codes: 0 success, 1 failure, 2 `status` found something to alert on.
+
+mod args;
+mod render;
+
+use std::process::ExitCode;
+
+use adk_postgres_retention::{
+    HealthThresholds, LockPolicy, MaintenanceConfig, expire_sessions, health, run_maintenance,
+};
+use anyhow::{Context, Result};
+use args::{Cli, Command, MaintainArgs};
+use chrono::{NaiveDate, Utc};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ADK_PG_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn today(explicit: Option<NaiveDate>) -> NaiveDate {
+    explicit.unwrap_or_else(|| Utc::now().date_naive())
+}
+
+fn spinner(message: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let url = cli.database_url;
+    if url.trim().is_empty() {
+        anyhow::bail!("no database given: pass --database-url or set DATABASE_URL");
+    }
+    match cli.command {
+        Command::Migrate => {
+            let applied = adk_postgres_storage::run_pending_migrations(&url).await.context("migrate")?;
+            if applied.is_empty() {
+                println!("the database is up to date");
+            } else {
+                for version in applied {
+                    println!("applied {version}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Maintain(args) => maintain(&url, args).await,
+        Command::Expire { batch_size, json } => {
+            let bar = spinner("expiring sessions");
+            let report = expire_sessions(&url, batch_size, None).await.context("expire sessions");
+            bar.finish_and_clear();
+            let report = report?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "expired {} session(s) and {} event(s) in {} batch(es)",
+                    report.sessions_deleted, report.events_deleted, report.batches
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { json, min_partitions_ahead, max_run_age, today: day } => {
+            let thresholds = HealthThresholds { min_partitions_ahead, max_run_age: max_run_age.into() };
+            let report = health(&url, today(day), &thresholds).await.context("read health")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}", render::health_table(&report));
+                for alert in &report.alerts {
+                    println!("ALERT: {alert}");
+                }
+            }
+            Ok(if report.is_healthy() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+    }
+}
+
+async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
+    let config = MaintenanceConfig {
+        premake_days: args.premake_days,
+        max_session_lifetime_days: args.max_session_lifetime_days,
+        retention_days: args.retention_days,
+        session_delete_batch: args.session_delete_batch,
+        lock_policy: LockPolicy { lock_timeout: args.lock_timeout.into(), ..LockPolicy::default() },
+        ..MaintenanceConfig::default()
+    };
+    loop {
+        let bar = spinner("maintaining partitions");
+        let outcome = run_maintenance(url, today(args.today), &config).await;
+        bar.finish_and_clear();
+        match outcome {
+            Ok(report) if args.json => println!("{}", serde_json::to_string(&report)?),
+            Ok(report) => println!("{}", render::maintenance_summary(&report)),
+            // One failed run must not stop a long-running maintainer: the
+            // next tick retries, and `status` alerts if runs keep failing.
+            Err(e) if args.every.is_some() => eprintln!("error: maintenance failed: {e}"),
+            Err(e) => return Err(e).context("maintenance"),
+        }
+        let Some(every) = args.every else { return Ok(ExitCode::SUCCESS) };
+        tokio::select! {
+            _ = tokio::time::sleep(every.into()) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! PostgreSQL clusters run from local server binaries: the throwaway ones the
+//! tests use and the persistent one behind `cargo xtask db`.
+//!
+//! Every cluster lives in one folder: `data/` (PGDATA), `sock/` (its Unix
+//! socket), `postgres.log` and a small `adk-cluster` file that lets
+//! [`Cluster::open`] find the binaries and port again. Clients connect over
+//! TCP on 127.0.0.1 as the trusted superuser `postgres`.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::HarnessError;
+use crate::source::{Search, find_bin_dir, no_postgres_message, pg_config};
+
+/// The server's TimeZone and log_timezone: UTC+14, so any code that reads the
+/// server's zone instead of saying UTC gets a different day and fails a test.
+pub const SERVER_TIMEZONE: &str = "Pacific/Kiritimati";
+
+const META_FILE: &str = "adk-cluster";
+const SETTINGS_FILE: &str = "adk.conf";
+const LOG_FILE: &str = "postgres.log";
+/// Unix socket paths are limited to 107 bytes; past this the cluster goes
+/// without a socket rather than failing to start.
+const MAX_SOCKET_DIR_LEN: usize = 90;
+/// Attempts at a free port: another process may take the one we picked
+/// between our probe and the server's bind.
+const START_ATTEMPTS: usize = 5;
+
+/// How [`Cluster::init`] sets up a new cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The folder holding `initdb`, `pg_ctl` and `postgres`.
+    pub bin_dir: PathBuf,
+    /// The cluster's folder; created if missing, must not hold a cluster yet.
+    pub dir: PathBuf,
+    /// The TCP port on 127.0.0.1.
+    pub port: u16,
+    /// Keep fsync, full-page writes and synchronous commit on. Throwaway test
+    /// clusters turn them off: nothing in them must survive a crash.
+    pub durable: bool,
+}
+
+/// A PostgreSQL cluster in a folder of its own.
+///
+/// A throwaway cluster (from [`start_throwaway_cluster`]) is stopped and its
+/// folder removed when the value is dropped, and by a watchdog process when
+/// ours exits without dropping it (statics, panics, Ctrl-C). Other clusters
+/// keep running and keep their data.
+#[derive(Debug)]
+pub struct Cluster {
+    bin_dir: PathBuf,
+    dir: PathBuf,
+    data_dir: PathBuf,
+    port: u16,
+    durable: bool,
+    /// initdb refuses to run as root, so as root every server command runs
+    /// as the `postgres` OS user.
+    as_postgres: bool,
+    throwaway: bool,
+}
+
+/// Finds local server binaries the way the test harness does.
+pub fn find_server_binaries() -> Result<PathBuf, HarnessError> {
+    let search = Search::from_environment();
+    find_bin_dir(search.pg_config_bindir.as_deref(), &search.versioned_root)
+        .ok_or_else(|| HarnessError::NoPostgres(no_postgres_message(&search.versioned_root)))
+}
+
+/// Starts a fast, non-durable cluster in a fresh temporary folder on a free
+/// port, with the same settings the test harness uses.
+///
+/// It is gone when the returned value is dropped or, failing that, within a
+/// second of this process exiting.
+pub fn start_throwaway_cluster() -> Result<Cluster, HarnessError> {
+    throwaway_cluster(&find_server_binaries()?)
+}
+
+pub(crate) fn throwaway_cluster(bin_dir: &Path) -> Result<Cluster, HarnessError> {
+    // The system temp dir rather than target/: its paths are short enough for
+    // a Unix socket, and the `postgres` user can reach it even when the
+    // checkout sits in root's home.
+    let dir = std::env::temp_dir().join(format!("adk-pg-test-{}-{}", std::process::id(), crate::short_random()));
+    let config = ClusterConfig { bin_dir: bin_dir.to_path_buf(), dir, port: free_port()?, durable: false };
+    let mut cluster = Cluster::create(&config, true)?;
+    for attempt in 1..=START_ATTEMPTS {
+        match cluster.start() {
+            Ok(()) => return Ok(cluster),
+            Err(HarnessError::StartFailed { tail, .. })
+                if attempt < START_ATTEMPTS && tail.contains("could not bind") =>
+            {
+                cluster.set_port(free_port()?)?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+impl Cluster {
+    /// Creates a cluster with `initdb` and writes its settings; does not start it.
+    pub fn init(config: &ClusterConfig) -> Result<Self, HarnessError> {
+        Self::create(config, false)
+    }
+
+    /// Opens a cluster that [`Cluster::init`] made earlier in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, HarnessError> {
+        let meta_path = dir.join(META_FILE);
+        let meta = std::fs::read_to_string(&meta_path)
+            .map_err(HarnessError::io(format!("reading {}", meta_path.display())))?;
+        let field = |key: &str| {
+            meta.lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+                .ok_or_else(|| HarnessError::Setup(format!("{} has no `{key}=` line", meta_path.display())))
+        };
+        let port = field("port")?
+            .parse()
+            .map_err(|_| HarnessError::Setup(format!("{} has a bad port", meta_path.display())))?;
+        Ok(Self {
+            bin_dir: PathBuf::from(field("bin_dir")?),
+            dir: dir.to_path_buf(),
+            data_dir: dir.join("data"),
+            port,
+            durable: field("durable")? == "true",
+            as_postgres: running_as_root(),
+            throwaway: false,
+        })
+    }
+
+    fn create(config: &ClusterConfig, throwaway: bool) -> Result<Self, HarnessError> {
+        let as_postgres = running_as_root();
+        if as_postgres && !command_succeeds(Command::new("id").args(["-u", "postgres"])) {
+            return Err(HarnessError::Setup(
+                "running as root, and initdb refuses root, but there is no `postgres` OS user \
+                 to run the cluster as; install the `postgresql` package (it creates one) or run \
+                 the tests as an ordinary user"
+                    .into(),
+            ));
+        }
+        let dir = &config.dir;
+        if dir.join("data").exists() {
+            return Err(HarnessError::Setup(format!("{} already holds a cluster", dir.display())));
+        }
+        std::fs::create_dir_all(dir.join("sock")).map_err(HarnessError::io(format!("creating {}", dir.display())))?;
+        let cluster = Self {
+            bin_dir: config.bin_dir.clone(),
+            dir: dir.clone(),
+            data_dir: dir.join("data"),
+            port: config.port,
+            durable: config.durable,
+            as_postgres,
+            throwaway,
+        };
+        if throwaway {
+            // Before initdb, so that even a half-made cluster folder goes away.
+            cluster.spawn_watchdog()?;
+        }
+        cluster.chown()?;
+        if as_postgres
+            && !command_succeeds(Command::new("runuser").args(["-u", "postgres", "--", "test", "-w"]).arg(dir))
+        {
+            return Err(HarnessError::Setup(format!(
+                "the `postgres` OS user cannot write to {}: a parent folder is closed to it; \
+                 put the cluster somewhere else",
+                dir.display()
+            )));
+        }
+        let mut initdb = cluster.server_command("initdb");
+        initdb.arg("-D").arg(&cluster.data_dir).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]);
+        if !config.durable {
+            initdb.arg("--no-sync");
+        }
+        run(initdb)?;
+        cluster.write_settings()?;
+        let conf = cluster.data_dir.join("postgresql.conf");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .map_err(HarnessError::io(format!("opening {}", conf.display())))?;
+        writeln!(file, "\n# adk-postgres-testing: its settings win over the ones above\ninclude '{SETTINGS_FILE}'")
+            .map_err(HarnessError::io(format!("writing {}", conf.display())))?;
+        cluster.chown()?;
+        Ok(cluster)
+    }
+
+    /// The folder holding `initdb`, `pg_ctl`, `postgres`, `psql`, `pgbench`….
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// The cluster's folder (data directory, socket, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// PGDATA.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The server log `pg_ctl` writes to.
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL of the maintenance database `postgres`.
+    pub fn server_url(&self) -> String {
+        self.database_url("postgres")
+    }
+
+    /// A URL of database `name` on this cluster.
+    pub fn database_url(&self, name: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.data_dir.is_dir() && command_succeeds(self.pg_ctl("status").stdout(Stdio::null()).stderr(Stdio::null()))
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    pub fn start(&self) -> Result<(), HarnessError> {
+        let mut command = self.pg_ctl("start");
+        command.args(["-w", "-t", "60", "-l"]).arg(self.log_file());
+        // Its own process group: a Ctrl-C in the terminal reaches the tests,
+        // and the cluster is then shut down by whoever owns it, not mid-test.
+        command.process_group(0);
+        run(command).map(drop).map_err(|error| match error {
+            HarnessError::Command { .. } => HarnessError::StartFailed {
+                log: self.log_file(),
+                tail: log_tail(&self.log_file()).unwrap_or_else(|| error.to_string()),
+            },
+            other => other,
+        })
+    }
+
+    /// Stops the server after it has ended its sessions (`-m fast`).
+    pub fn stop(&self) -> Result<(), HarnessError> {
+        run(self.pg_ctl_stop("fast")).map(drop)
+    }
+
+    /// Stops the server with `-m immediate`: no shutdown checkpoint, crash
+    /// recovery at the next start.
+    pub fn stop_immediate(&self) -> Result<(), HarnessError> {
+        run(self.pg_ctl_stop("immediate")).map(drop)
+    }
+
+    /// Restarts the server with `pg_ctl restart -m fast`: every session is
+    /// ended, the port stays.
+    pub fn restart_fast(&self) -> Result<(), HarnessError> {
+        let mut command = self.pg_ctl("restart");
+        command.args(["-m", "fast", "-w", "-t", "60", "-l"]).arg(self.log_file());
+        command.process_group(0);
+        run(command).map(drop)
+    }
+
+    fn pg_ctl(&self, action: &str) -> Command {
+        let mut command = self.server_command("pg_ctl");
+        command.arg(action).arg("-D").arg(&self.data_dir).arg("-s");
+        command
+    }
+
+    fn pg_ctl_stop(&self, mode: &str) -> Command {
+        let mut command = self.pg_ctl("stop");
+        command.args(["-w", "-t", "60", "-m", mode]);
+        command
+    }
+
+    /// A server program, run as `postgres` when we are root. Its working
+    /// directory is the cluster folder because `postgres` may not be allowed
+    /// into ours.
+    fn server_command(&self, program: &str) -> Command {
+        let path = self.bin_dir.join(program);
+        let mut command = if self.as_postgres {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(path);
+            command
+        } else {
+            Command::new(path)
+        };
+        command.current_dir(&self.dir).stdin(Stdio::null());
+        command
+    }
+
+    fn set_port(&mut self, port: u16) -> Result<(), HarnessError> {
+        self.port = port;
+        self.write_settings()
+    }
+
+    fn write_settings(&self) -> Result<(), HarnessError> {
+        let sharedir = pg_config("--sharedir", Some(&self.bin_dir));
+        let stat_statements =
+            sharedir.is_some_and(|dir| Path::new(&dir).join("extension/pg_stat_statements.control").is_file());
+        let socket_dir = self.dir.join("sock");
+        let socket_dir = socket_dir.to_str().filter(|dir| dir.len() <= MAX_SOCKET_DIR_LEN).unwrap_or("");
+
+        let port = self.port.to_string();
+        let mut settings = vec![
+            ("listen_addresses", "127.0.0.1"),
+            ("port", &port),
+            ("unix_socket_directories", socket_dir),
+            ("max_connections", "300"),
+            ("timezone", SERVER_TIMEZONE),
+            ("log_timezone", SERVER_TIMEZONE),
+        ];
+        if stat_statements {
+            settings.push(("shared_preload_libraries", "pg_stat_statements"));
+        }
+        if !self.durable {
+            settings.extend([("fsync", "off"), ("synchronous_commit", "off"), ("full_page_writes", "off")]);
+        }
+        let settings = settings.iter().fold(
+            String::from("# Written by adk-postgres-testing; rewritten when the port changes.\n"),
+            |mut text, (name, value)| {
+                let _ = writeln!(text, "{name} = '{}'", value.replace('\'', "''"));
+                text
+            },
+        );
+        write_file(&self.data_dir.join(SETTINGS_FILE), &settings)?;
+        let meta = format!("port={}\nbin_dir={}\ndurable={}\n", self.port, self.bin_dir.display(), self.durable);
+        write_file(&self.dir.join(META_FILE), &meta)
+    }
+
+    fn chown(&self) -> Result<(), HarnessError> {
+        if self.as_postgres {
+            run({
+                let mut command = Command::new("chown");
+                command.args(["-R", "postgres:"]).arg(&self.dir);
+                command
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A detached process that outlives us by at most half a second: once
+    /// our pid is gone it stops the server and removes the folder. Statics
+    /// are never dropped and a panic or Ctrl-C skips destructors, so this is
+    /// what really ends a test cluster.
+    fn spawn_watchdog(&self) -> Result<(), HarnessError> {
+        let runuser = if self.as_postgres { "runuser -u postgres -- " } else { "" };
+        let cleanup = format!(r#"{runuser}"$1" stop -D "$2" -m immediate -s >/dev/null 2>&1; rm -rf "$3""#);
+        spawn_watchdog(
+            &cleanup,
+            &[self.bin_dir.join("pg_ctl").as_os_str(), self.data_dir.as_os_str(), self.dir.as_os_str()],
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !self.throwaway {
+            return;
+        }
+        if self.is_running()
+            && let Err(error) = self.stop_immediate()
+        {
+            eprintln!("adk-postgres-testing: stopping the cluster in {}: {error}", self.dir.display());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `sh -c cleanup cleanup-name args…` once this process has exited.
+///
+/// The watcher is started through a shell that backgrounds it and exits at
+/// once, so it is never our child (no zombie, nothing to wait for), it ignores
+/// the terminal's SIGINT and SIGHUP, and it holds none of our output pipes, so
+/// test runners do not wait for it.
+pub(crate) fn spawn_watchdog(cleanup: &str, args: &[&OsStr]) -> Result<(), HarnessError> {
+    const LAUNCHER: &str = r#"(
+    trap '' INT HUP
+    pid=$1; shift
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.5; done
+    exec sh -c "$@"
+) </dev/null >/dev/null 2>&1 &"#;
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(LAUNCHER)
+        .arg("adk-pg-watchdog")
+        .arg(std::process::id().to_string())
+        .arg(cleanup)
+        .arg("adk-pg-cleanup")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    run(command).map(drop)
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16, HarnessError> {
+    let listener =
+        std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(HarnessError::io("finding a free TCP port"))?;
+    let port = listener.local_addr().map_err(HarnessError::io("finding a free TCP port"))?.port();
+    Ok(port)
+}
+
+/// Whether nothing listens on `port` of 127.0.0.1 right now.
+pub fn port_is_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Whether the effective user is root, from /proc (no libc, no unsafe).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").ok().and_then(|status| effective_uid(&status)).map_or_else(
+        || {
+            Command::new("id")
+                .arg("-u")
+                .output()
+                .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
+        },
+        |uid| uid == 0,
+    )
+}
+
+/// The second field of the `Uid:` line (real, effective, saved, filesystem).
+fn effective_uid(status: &str) -> Option<u32> {
+    status.lines().find_map(|line| line.strip_prefix("Uid:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), HarnessError> {
+    std::fs::write(path, contents).map_err(HarnessError::io(format!("writing {}", path.display())))
+}
+
+fn log_tail(path: &Path) -> Option<String> {
+    let log = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<&str> = log.lines().collect();
+    Some(lines[lines.len().saturating_sub(30)..].join("\n"))
+}
+
+fn command_succeeds(command: &mut Command) -> bool {
+    command.stdin(Stdio::null()).output().is_ok_and(|output| output.status.success())
+}
+
+/// Runs a command to completion; its stdout on success, everything it said on
+/// failure.
+pub(crate) fn run(mut command: Command) -> Result<String, HarnessError> {
+    let described = describe(&command);
+    let output = command.stdin(Stdio::null()).output().map_err(HarnessError::io(format!("running `{described}`")))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if output.status.success() {
+        Ok(stdout)
+    } else {
+        Err(HarnessError::Command {
+            command: described,
+            status: output.status.to_string(),
+            output: format!("{stdout}{}", String::from_utf8_lossy(&output.stderr)),
+        })
+    }
+}
+
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(OsStr::to_string_lossy)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_uid_is_the_second_field() {
+        let status = "Name:\tx\nUmask:\t0022\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(effective_uid(status), Some(0));
+        assert_eq!(effective_uid("Name:\tx\n"), None);
+    }
+}

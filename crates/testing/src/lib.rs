@@ -1,0 +1,51 @@
+//! Test support for adk-postgres: a real PostgreSQL for every test.
+//!
+//! [`test_database`] gives each test a database of its own, freshly migrated:
+//! the workspace migrations run once per run into a template database, and
+//! every test gets a `CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY` clone,
+//! dropped `WITH (FORCE)` when the [`TestDatabase`] goes. Tests therefore
+//! never share mutable state and run in parallel, as threads (`cargo test`)
+//! or as processes (nextest). [`empty_database`] is the same without the
+//! migrations, for testing the migrations themselves.
+//!
+//! The server comes from, in order:
+//! 1. `ADK_PG_TEST_URL`, a URL of a maintenance database on a server where the
+//!    tests may create databases (`cargo xtask test` starts one cluster and
+//!    sets it for every test process);
+//! 2. a throwaway cluster this process starts from local server binaries
+//!    (`pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`),
+//!    gone when the process exits, however it exits;
+//! 3. with the `testcontainers` feature, a Docker container;
+//! 4. else the first test panics saying what to install or set.
+//!
+//! Clusters the harness starts run in the `Pacific/Kiritimati` time zone
+//! (UTC+14) so that code reading the server's TimeZone instead of UTC fails
+//! here rather than in production, and with fsync off because nothing in
+//! them must survive a crash.
+//!
+//! This crate is for tests and tooling (`xtask`) only: nothing the store
+//! ships may depend on it, and it knows nothing of table layout beyond the
+//! partition function the migrations provide.
+
+mod cluster;
+#[cfg(feature = "testcontainers")]
+mod container;
+mod database;
+mod error;
+mod source;
+mod urls;
+
+pub use cluster::{
+    Cluster, ClusterConfig, SERVER_TIMEZONE, find_server_binaries, free_port, port_is_free, start_throwaway_cluster,
+};
+pub use database::{TestDatabase, empty_database, test_database, test_database_on};
+pub use error::HarnessError;
+pub use source::TEST_URL_VAR;
+
+/// Eight random hex digits, so names made on two hosts sharing a server
+/// (same pid, same counter) still differ.
+pub(crate) fn short_random() -> String {
+    let mut random = uuid::Uuid::new_v4().simple().to_string();
+    random.truncate(8);
+    random
+}

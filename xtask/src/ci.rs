@@ -1,0 +1,36 @@
+//! `ci`: everything CI checks, in the order that fails cheapest first.
+
+use std::process::ExitCode;
+
+use crate::project::{cargo, exit_code};
+use crate::test;
+
+const CHECKS: &[(&str, &[&str])] = &[
+    ("formatting", &["fmt", "--all", "--", "--check"]),
+    ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    // Cannot run without Docker, so it must at least keep compiling.
+    ("the testcontainers build", &["check", "-p", "adk-postgres-testing", "--features", "testcontainers"]),
+];
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    // The tests go last so that the test runner's summary closes the log.
+    let total = CHECKS.len() + 1;
+    for (step, (title, args)) in CHECKS.iter().enumerate() {
+        header(step + 1, total, title, &args.join(" "));
+        let status = cargo().args(*args).status()?;
+        if !status.success() {
+            eprintln!("\nci: {title} failed");
+            return Ok(exit_code(status));
+        }
+    }
+    header(total, total, "tests", "xtask test");
+    let code = test::run(&[])?;
+    if code != ExitCode::SUCCESS {
+        eprintln!("\nci: tests failed");
+    }
+    Ok(code)
+}
+
+fn header(step: usize, total: usize, title: &str, command: &str) {
+    eprintln!("\n==> [{step}/{total}] {title}: cargo {command}");
+}

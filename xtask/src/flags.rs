@@ -1,0 +1,107 @@
+//! The command line.
+
+use anyhow::bail;
+
+pub const USAGE: &str = "\
+cargo xtask <command>
+
+  db up          start the developer cluster in target/adk-pg-dev/ (made on first use)
+  db down        stop it (its data stays; delete the folder to start over)
+  db url         print the URL of its `adk` database
+  db psql [ARGS] open psql on it
+  migrate        apply pending migrations to $DATABASE_URL, else to the developer cluster
+  schema         regenerate crates/storage/src/schema.rs from a freshly migrated database
+  test [ARGS]    run the workspace tests on a throwaway cluster; ARGS go to
+                 `cargo nextest run` (or `cargo test` without nextest), e.g. `-- -p adk-postgres-testing`
+  ci             what CI runs: fmt, clippy, the testcontainers build, then test
+";
+
+#[derive(Debug)]
+pub enum Command {
+    Db(Db),
+    Migrate,
+    Schema,
+    Test { args: Vec<String> },
+    Ci,
+    Help,
+}
+
+#[derive(Debug)]
+pub enum Db {
+    Up,
+    Down,
+    Url,
+    Psql { args: Vec<String> },
+}
+
+pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
+    let mut args = args.into_iter();
+    let command = args.next();
+    let rest: Vec<String> = args.collect();
+    let no_more = |command: Command| {
+        if let Some(extra) = rest.first() {
+            bail!("unexpected argument `{extra}`\n\n{USAGE}");
+        }
+        Ok(command)
+    };
+    match command.as_deref() {
+        None | Some("help" | "-h" | "--help") => Ok(Command::Help),
+        Some("migrate") => no_more(Command::Migrate),
+        Some("ci") => no_more(Command::Ci),
+        Some("schema") => no_more(Command::Schema),
+        Some("test") => Ok(Command::Test { args: strip_separator(rest.clone()) }),
+        Some("db") => {
+            let (action, rest) = rest.split_first().map_or((None, &[][..]), |(a, r)| (Some(a.as_str()), r));
+            let only = |db: Db| match rest.first() {
+                Some(extra) => bail!("unexpected argument `{extra}`\n\n{USAGE}"),
+                None => Ok(Command::Db(db)),
+            };
+            match action {
+                Some("up") => only(Db::Up),
+                Some("down") => only(Db::Down),
+                Some("url") => only(Db::Url),
+                Some("psql") => Ok(Command::Db(Db::Psql { args: strip_separator(rest.to_vec()) })),
+                _ => bail!("`db` needs one of up, down, url, psql\n\n{USAGE}"),
+            }
+        }
+        Some(other) => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}
+
+/// `cargo xtask test -- -p x` and `cargo xtask test -p x` mean the same.
+fn strip_separator(mut args: Vec<String>) -> Vec<String> {
+    if args.first().is_some_and(|arg| arg == "--") {
+        args.remove(0);
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(line: &str) -> anyhow::Result<Command> {
+        parse(line.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn test_arguments_pass_through_with_or_without_a_separator() {
+        for line in ["test -- -p a -- --nocapture", "test -p a -- --nocapture"] {
+            let Command::Test { args } = parse_str(line).unwrap() else { panic!("{line}") };
+            assert_eq!(args, ["-p", "a", "--", "--nocapture"]);
+        }
+    }
+
+    #[test]
+    fn commands_and_mistakes() {
+        assert!(matches!(parse_str("").unwrap(), Command::Help));
+        assert!(matches!(parse_str("db up").unwrap(), Command::Db(Db::Up)));
+        assert!(
+            matches!(parse_str("db psql -c select").unwrap(), Command::Db(Db::Psql { args }) if args == ["-c", "select"])
+        );
+        assert!(parse_str("db").is_err());
+        assert!(parse_str("db up now").is_err());
+        assert!(parse_str("ci --fast").is_err());
+        assert!(parse_str("bench").is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! `cargo xtask …`: the project's development commands (see `flags::USAGE`).
+
+mod ci;
+mod db;
+mod flags;
+mod migrate;
+mod project;
+mod schema;
+mod test;
+
+use std::process::ExitCode;
+
+use flags::Command;
+
+fn main() -> ExitCode {
+    let result = flags::parse(std::env::args().skip(1)).and_then(|command| match command {
+        Command::Db(action) => db::run(action),
+        Command::Migrate => migrate::run(),
+        Command::Schema => schema::run(),
+        Command::Test { args } => test::run(&args),
+        Command::Ci => ci::run(),
+        Command::Help => {
+            print!("{}", flags::USAGE);
+            Ok(ExitCode::SUCCESS)
+        }
+    });
+    result.unwrap_or_else(|error| {
+        eprintln!("xtask: {error:#}");
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,28 @@
+//! `schema`: regenerate `crates/storage/src/schema.rs` from a freshly
+//! migrated database (the test `schema_rs_matches_database` says when).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+use crate::project;
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting a tokio runtime")?;
+    let rendered = runtime.block_on(async {
+        let db = adk_postgres_testing::test_database().await;
+        let mut conn = AsyncPgConnection::establish(db.url()).await.context("connecting to the test database")?;
+        adk_postgres_storage::schema_print::render_schema(&mut conn).await.context("reading the schema")
+    })?;
+    let path = project::root().join("crates/storage/src/schema.rs");
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if current == rendered {
+        println!("{} is up to date", path.display());
+    } else {
+        std::fs::write(&path, rendered).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
