@@ -23,6 +23,7 @@ CREATE TABLE adk_maintenance_runs (
 -- successor id is taken). A missing partition for today raises PostgreSQL's
 -- "no partition of relation" error and nothing is written.
 CREATE FUNCTION adk_rollover_session(
+    p_tenant        text,
     p_app_name      text,
     p_user_id       text,
     p_session_id    text,
@@ -48,6 +49,7 @@ DECLARE
     old  record;
     born record;
 BEGIN
+    PERFORM adk_enter_tenant(p_tenant);
     SELECT a.state, a.expires_at, a.closed_at, a.successor_id
       INTO old
       FROM adk_sessions a

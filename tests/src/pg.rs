@@ -30,6 +30,32 @@ pub async fn new_session(store: &dyn SessionStore, app: &str, user: &str) -> Ses
     store.create(request).await.expect("create session").key
 }
 
+/// Messages the server sends a session outside any result: notices, and
+/// log lines when `client_min_messages` lets them through.
+pub type Notices = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A client whose notices are collected, e.g. plans `auto_explain` logs.
+pub async fn client_with_notices(url: &str) -> (Client, Notices) {
+    use futures_util::StreamExt;
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.expect("connect for raw SQL");
+    let notices = Notices::default();
+    let sink = std::sync::Arc::clone(&notices);
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(notice.message().to_owned());
+            }
+        }
+    });
+    (client, notices)
+}
+
+/// Takes the notices collected so far.
+pub fn drain(notices: &Notices) -> Vec<String> {
+    std::mem::take(&mut *notices.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// The text of `EXPLAIN (COSTS OFF) <sql>`.
 pub async fn explain(client: &Client, sql: &str) -> String {
     let rows = client.query(&format!("EXPLAIN (COSTS OFF) {sql}"), &[]).await.expect("explain");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionStore, StoreError};
 use adk_postgres_storage::store::EVENTS_SQL;
 use adk_postgres_testing::test_database;
-use adk_postgres_tests::pg::{client, explain, new_session, store};
+use adk_postgres_tests::pg::{client, client_with_notices, drain, new_session, store};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -56,14 +56,57 @@ async fn get_reads_one_partition_of_forty() {
         .expect("day")
         .get(0);
 
-    let args = format!("'app', 'user', '{}', '{day}'::date, 3, NULL, NULL", key.session_id);
-    sql.batch_execute(&format!("PREPARE events_read AS {EVENTS_SQL}")).await.expect("prepare");
+    // The store reads events through adk_load_events; auto_explain shows the
+    // plan of the statement inside it, as executed, under both plan modes.
+    let (explaining, plans) = client_with_notices(db.url()).await;
+    explaining
+        .batch_execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on; SET client_min_messages = log;",
+        )
+        .await
+        .expect("auto_explain");
+    let expected = format!("adk_events_p{}", day.replace('-', ""));
     for mode in ["force_custom_plan", "force_generic_plan"] {
-        sql.batch_execute(&format!("SET plan_cache_mode = {mode}")).await.expect("plan mode");
-        let plan = explain(&sql, &format!("EXECUTE events_read({args})")).await;
-        let expected = format!("adk_events_p{}", day.replace('-', ""));
-        assert_eq!(partitions_in(&plan), vec![expected], "{mode} plan scans more than one partition:\n{plan}");
+        explaining.batch_execute(&format!("SET plan_cache_mode = {mode}")).await.expect("plan mode");
+        drain(&plans);
+        let rows = explaining
+            .query(
+                "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, $2::text::date, 3, NULL, NULL)",
+                &[&key.session_id.as_str(), &day],
+            )
+            .await
+            .expect("read events");
+        assert_eq!(rows.len(), 3);
+        let logged = drain(&plans);
+        let plan =
+            logged.iter().find(|p| p.contains("adk_events")).unwrap_or_else(|| panic!("no plan logged: {logged:?}"));
+        assert_eq!(partitions_in(plan), vec![expected.clone()], "{mode} plan reads more than one partition:\n{plan}");
     }
+
+    // And the statistics of the transaction agree: one partition was read.
+    explaining.batch_execute("BEGIN").await.expect("begin");
+    explaining
+        .query(
+            "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, $2::text::date, 3, NULL, NULL)",
+            &[&key.session_id.as_str(), &day],
+        )
+        .await
+        .expect("read events");
+    let touched: Vec<String> = explaining
+        .query(
+            "SELECT relname::text FROM pg_stat_xact_user_tables
+             WHERE relname LIKE 'adk_events_p%' AND coalesce(idx_scan, 0) + coalesce(seq_scan, 0) > 0",
+            &[],
+        )
+        .await
+        .expect("xact stats")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    explaining.batch_execute("COMMIT").await.expect("commit");
+    assert_eq!(touched, vec![expected]);
+    let _ = EVENTS_SQL;
 }
 
 #[tokio::test(flavor = "multi_thread")]

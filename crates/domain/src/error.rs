@@ -46,8 +46,15 @@ pub enum StoreError {
     /// A server-side statement or lock timeout fired; nothing was written.
     #[error("timed out waiting for {what}")]
     Timeout { what: String },
-    /// The database could not be reached or dropped the connection, or the
-    /// transaction lost a serialization race; safe to retry.
+    /// The statement lost a deadlock or serialization race and was rolled
+    /// back; the store already retried it a bounded number of times.
+    #[error("conflicting concurrent transaction, retry: {message}")]
+    Conflict { message: String },
+    /// Row-level security or a missing grant refused the statement.
+    #[error("permission denied: {message}")]
+    PermissionDenied { message: String },
+    /// The database could not be reached or dropped the connection; safe to
+    /// retry (appends are idempotent by event id).
     #[error("database unavailable, retry: {message}")]
     Unavailable { message: String },
     /// Anything else the database reported.
@@ -62,6 +69,6 @@ impl StoreError {
 
     /// Whether retrying the same call may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. })
+        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. } | Self::Conflict { .. })
     }
 }

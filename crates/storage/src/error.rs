@@ -39,15 +39,17 @@ pub(crate) fn from_diesel(error: DieselError, state_field: &str) -> StoreError {
                 DatabaseErrorKind::CheckViolation | DatabaseErrorKind::NotNullViolation => {
                     StoreError::invalid(constraint_field(constraint), message)
                 }
-                DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::UnableToSendCommand => {
-                    StoreError::Unavailable { message: message.to_owned() }
+                DatabaseErrorKind::SerializationFailure => StoreError::Conflict { message: message.to_owned() },
+                DatabaseErrorKind::UnableToSendCommand => StoreError::Unavailable { message: message.to_owned() },
+                _ if message.starts_with("deadlock detected") => StoreError::Conflict { message: message.to_owned() },
+                _ if message.contains("row-level security") || message.starts_with("permission denied") => {
+                    StoreError::PermissionDenied { message: message.to_owned() }
                 }
                 _ if message.contains("lock timeout") => StoreError::Timeout { what: "a lock (lock_timeout)".into() },
                 _ if message.contains("statement timeout") => {
                     StoreError::Timeout { what: "the statement (statement_timeout)".into() }
                 }
-                _ if message.starts_with("deadlock detected")
-                    || message.starts_with("terminating connection")
+                _ if message.starts_with("terminating connection")
                     || message.contains("the database system is") =>
                 {
                     StoreError::Unavailable { message: message.to_owned() }

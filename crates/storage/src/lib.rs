@@ -16,4 +16,4 @@ pub mod store;
 
 mod error;
 
-pub use store::PgSessionStore;
+pub use store::{PgSessionStore, TenantScope};

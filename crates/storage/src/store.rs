@@ -12,8 +12,9 @@ use std::time::Duration;
 use adk_postgres_domain::event::timestamp_to_nanos;
 use adk_postgres_domain::state::{merge_scopes, state_from_value};
 use adk_postgres_domain::{
-    AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, OnExisting, PageToken, ScopedState,
-    Session, SessionId, SessionKey, SessionPage, SessionStore, SessionSummary, State, StoreConfig, StoreError,
+    AppName, AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, OnExisting, PageToken,
+    ScopedState, Session, SessionId, SessionKey, SessionPage, SessionStore, SessionSummary, State, StoreConfig,
+    StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -26,86 +27,119 @@ use serde_json::Value;
 use crate::error::{from_diesel, from_pool};
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
+/// Which app a store tells row-level security it acts for. With the
+/// policies of the `row_level_security` migration and a service role that
+/// does not own the tables, rows of other apps are invisible and
+/// unwritable, even to a query that forgot its app filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TenantScope {
+    /// Set nothing: for a store running as the tables' owner, which row-level
+    /// security does not restrict.
+    #[default]
+    Off,
+    /// Each operation acts for the app named in its own request: one pool
+    /// serves many apps, and no statement can touch a row of an app other
+    /// than the one it was asked about.
+    PerRequest,
+    /// Every operation acts for this one app; requests about any other app
+    /// find nothing and can write nothing.
+    Fixed(AppName),
+}
+
+/// Tries per operation when it keeps losing deadlock or serialization races.
+const CONFLICT_ATTEMPTS: u32 = 5;
+
+/// Decides whether an operation that lost a deadlock or serialization race
+/// runs again, and waits a short, growing, jittered pause before it does.
+/// Every operation is one autocommit statement, so a failed attempt left
+/// nothing behind.
+#[derive(Debug)]
+struct ConflictRetry {
+    attempt: u32,
+    pause: Duration,
+}
+
+impl Default for ConflictRetry {
+    fn default() -> Self {
+        Self { attempt: 1, pause: Duration::from_millis(5) }
+    }
+}
+
+impl ConflictRetry {
+    async fn again<T>(&mut self, result: &Result<T, StoreError>) -> bool {
+        let Err(StoreError::Conflict { message }) = result else { return false };
+        if self.attempt >= CONFLICT_ATTEMPTS {
+            return false;
+        }
+        tracing::debug!(attempt = self.attempt, %message, "retrying after a conflict");
+        // Jitter keeps two losers of the same race from meeting again.
+        let jitter = Duration::from_micros(u64::from(uuid::Uuid::new_v4().as_u128() as u16));
+        tokio::time::sleep(self.pause + jitter).await;
+        self.pause = self.pause.saturating_mul(3);
+        self.attempt += 1;
+        true
+    }
+}
+
+/// Runs `$query`, an expression over `$conn` (a pooled connection, fresh
+/// for each attempt), again while it loses deadlock or serialization races.
+macro_rules! with_retries {
+    ($store:expr, |$conn:ident| $query:expr) => {{
+        let mut retry = ConflictRetry::default();
+        loop {
+            let mut $conn = $store.pool.get().await.map_err(from_pool)?;
+            let result = $query;
+            if !retry.again(&result).await {
+                break result;
+            }
+        }
+    }};
+}
+
 /// The Postgres session store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct PgSessionStore {
     pool: PgPool,
     config: StoreConfig,
+    tenant: TenantScope,
 }
 
 impl std::fmt::Debug for PgSessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgSessionStore").field("pool", &self.pool.state()).field("config", &self.config).finish()
+        f.debug_struct("PgSessionStore")
+            .field("pool", &self.pool.state())
+            .field("config", &self.config)
+            .field("tenant", &self.tenant)
+            .finish()
     }
 }
 
 const CREATE_SQL: &str = "\
-WITH created AS (
-    INSERT INTO adk_sessions (app_name, user_id, session_id, state, expires_at)
-    VALUES ($1, $2, $3, $4, now() + $5)
-    ON CONFLICT DO NOTHING
-    RETURNING session_day, created_at, updated_at, expires_at
-), user_upsert AS (
-    INSERT INTO adk_user_states AS u (app_name, user_id, state)
-    SELECT $1, $2, $6 FROM created WHERE $6 <> '{}'::jsonb
-    ON CONFLICT (app_name, user_id) DO UPDATE SET state = u.state || EXCLUDED.state, updated_at = now()
-    RETURNING u.state
-), app_upsert AS (
-    INSERT INTO adk_app_states AS a (app_name, state)
-    SELECT $1, $7 FROM created WHERE $7 <> '{}'::jsonb
-    ON CONFLICT (app_name) DO UPDATE SET state = a.state || EXCLUDED.state, updated_at = now()
-    RETURNING a.state
-)
-SELECT c.session_day, c.created_at, c.updated_at, c.expires_at,
-       coalesce((SELECT state FROM user_upsert),
-                (SELECT u.state FROM adk_user_states u WHERE u.app_name = $1 AND u.user_id = $2)) AS user_state,
-       coalesce((SELECT state FROM app_upsert),
-                (SELECT a.state FROM adk_app_states a WHERE a.app_name = $1)) AS app_state
-FROM created c";
+SELECT created_at, updated_at, expires_at, user_state, app_state
+FROM adk_create_session($1, $2, $3, $4, $5, $6, $7, $8)";
 
 const SESSION_SQL: &str = "\
-SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at, s.closed_at, s.successor_id,
-       (SELECT u.state FROM adk_user_states u WHERE u.app_name = s.app_name AND u.user_id = s.user_id) AS user_state,
-       (SELECT a.state FROM adk_app_states a WHERE a.app_name = s.app_name) AS app_state
-FROM adk_sessions s
-WHERE s.app_name = $1 AND s.user_id = $2 AND s.session_id = $3
-  AND (s.expires_at IS NULL OR s.expires_at > now())";
+SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, successor_id, user_state, app_state
+FROM adk_load_session($1, $2, $3, $4)";
 
-/// Newest-first inside, re-sorted outside, so `LIMIT` keeps the most recent
-/// events. `seq <= $5` pins the events to the version the first read saw,
-/// so state and events describe the same moment without a transaction.
-pub const EVENTS_SQL: &str = "\
-SELECT recent.payload FROM (
-    SELECT e.seq, e.payload FROM adk_events e
-    WHERE e.app_name = $1 AND e.user_id = $2 AND e.session_id = $3 AND e.session_day = $4
-      AND e.seq <= $5 AND ($6::bigint IS NULL OR e.event_ts >= $6)
-    ORDER BY e.seq DESC
-    LIMIT $7
-) recent ORDER BY recent.seq";
+/// The event read of `get`; the function binds `session_day`, so one
+/// partition is read.
+pub const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events($1, $2, $3, $4, $5, $6, $7, $8)";
 
 const LIST_SQL: &str = "\
-SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at,
-       us.state AS user_state, aps.state AS app_state
-FROM adk_sessions s
-LEFT JOIN adk_user_states us ON us.app_name = s.app_name AND us.user_id = s.user_id
-LEFT JOIN adk_app_states aps ON aps.app_name = s.app_name
-WHERE s.app_name = $1 AND s.user_id = $2
-  AND (s.expires_at IS NULL OR s.expires_at > now())
-  AND ($3::timestamptz IS NULL OR (s.updated_at, s.session_id) < ($3, $4))
-ORDER BY s.updated_at DESC, s.session_id DESC
-LIMIT $5";
+SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state
+FROM adk_list_sessions($1, $2, $3, $4, $5, $6)";
 
-/// The foreign key from events carries `session_day`, so the cascade this
-/// fires deletes from the session's one partition.
-const DELETE_SQL: &str = "DELETE FROM adk_sessions WHERE app_name = $1 AND user_id = $2 AND session_id = $3";
+const DELETE_SQL: &str = "SELECT adk_delete_session($1, $2, $3, $4) AS deleted";
 
 const APPEND_SQL: &str = "\
 SELECT outcome, seq, session_day, updated_at, payload, successor_id
-FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 const ROLLOVER_SQL: &str = "\
 SELECT outcome, state, created_at, updated_at, expires_at, successor_id
-FROM adk_rollover_session($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+FROM adk_rollover_session($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 #[derive(QueryableByName)]
 struct RolloverRow {
@@ -226,7 +260,27 @@ fn to_json(state: State) -> Value {
 
 impl PgSessionStore {
     pub fn new(pool: PgPool, config: StoreConfig) -> Self {
-        Self { pool, config }
+        Self { pool, config, tenant: TenantScope::Off }
+    }
+
+    /// The same store acting for `tenant` (see [`TenantScope`]). The app is
+    /// set inside each operation's own transaction, at no extra round trip.
+    pub fn with_tenant_scope(mut self, tenant: TenantScope) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    pub fn tenant_scope(&self) -> &TenantScope {
+        &self.tenant
+    }
+
+    /// The `adk.app_name` an operation about `app` runs under.
+    fn tenant_for<'a>(&'a self, app: &'a AppName) -> Option<&'a str> {
+        match &self.tenant {
+            TenantScope::Off => None,
+            TenantScope::PerRequest => Some(app.as_str()),
+            TenantScope::Fixed(tenant) => Some(tenant.as_str()),
+        }
     }
 
     /// Builds a pool for `database_url` and a store on it.
@@ -247,15 +301,15 @@ impl PgSessionStore {
     }
 
     async fn load_session(&self, key: &SessionKey) -> Result<Option<SessionRow>, StoreError> {
-        let mut conn = self.pool.get().await.map_err(from_pool)?;
-        diesel::sql_query(SESSION_SQL)
+        with_retries!(self, |conn| diesel::sql_query(SESSION_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
             .bind::<Text, _>(key.app_name.as_str())
             .bind::<Text, _>(key.user_id.as_str())
             .bind::<Text, _>(key.session_id.as_str())
             .get_result::<SessionRow>(&mut conn)
             .await
             .optional()
-            .map_err(|e| from_diesel(e, "state"))
+            .map_err(|e| from_diesel(e, "state")))
     }
 }
 
@@ -267,22 +321,23 @@ impl SessionStore for PgSessionStore {
         scoped.check_sizes("state")?;
         let ttl = request.ttl.or(self.config.default_ttl).map(|ttl| interval("ttl", ttl)).transpose()?;
         let key = SessionKey::new(request.app_name, request.user_id, id);
+        let session_json = to_json(scoped.session.clone());
+        let user_json = to_json(scoped.user);
+        let app_json = to_json(scoped.app);
 
-        let created = {
-            let mut conn = self.pool.get().await.map_err(from_pool)?;
-            diesel::sql_query(CREATE_SQL)
-                .bind::<Text, _>(key.app_name.as_str())
-                .bind::<Text, _>(key.user_id.as_str())
-                .bind::<Text, _>(key.session_id.as_str())
-                .bind::<Jsonb, _>(to_json(scoped.session.clone()))
-                .bind::<Nullable<Interval>, _>(ttl)
-                .bind::<Jsonb, _>(to_json(scoped.user))
-                .bind::<Jsonb, _>(to_json(scoped.app))
-                .get_result::<CreatedRow>(&mut conn)
-                .await
-                .optional()
-                .map_err(|e| from_diesel(e, "state"))?
-        };
+        let created = with_retries!(self, |conn| diesel::sql_query(CREATE_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .bind::<Jsonb, _>(&session_json)
+            .bind::<Nullable<Interval>, _>(ttl)
+            .bind::<Jsonb, _>(&user_json)
+            .bind::<Jsonb, _>(&app_json)
+            .get_result::<CreatedRow>(&mut conn)
+            .await
+            .optional()
+            .map_err(|e| from_diesel(e, "state")))?;
         let Some(row) = created else {
             return match request.on_existing {
                 OnExisting::ReturnExisting => match self.get(&key, GetOptions::default()).await {
@@ -316,8 +371,8 @@ impl SessionStore for PgSessionStore {
                 timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX })
             });
             let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-            let mut conn = self.pool.get().await.map_err(from_pool)?;
-            diesel::sql_query(EVENTS_SQL)
+            let rows = with_retries!(self, |conn| diesel::sql_query(EVENTS_SQL)
+                .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
                 .bind::<Text, _>(key.app_name.as_str())
                 .bind::<Text, _>(key.user_id.as_str())
                 .bind::<Text, _>(key.session_id.as_str())
@@ -327,10 +382,8 @@ impl SessionStore for PgSessionStore {
                 .bind::<Nullable<BigInt>, _>(limit)
                 .load::<PayloadRow>(&mut conn)
                 .await
-                .map_err(|e| from_diesel(e, "state"))?
-                .into_iter()
-                .map(|r| stored_event(r.payload))
-                .collect::<Result<Vec<_>, _>>()?
+                .map_err(|e| from_diesel(e, "state")))?;
+            rows.into_iter().map(|r| stored_event(r.payload)).collect::<Result<Vec<_>, _>>()?
         };
         let session_state = stored_state("session state", Some(row.state))?;
         let user = stored_state("user state", row.user_state)?;
@@ -365,19 +418,17 @@ impl SessionStore for PgSessionStore {
             None => (None, None),
         };
         let page_size = request.effective_page_size();
-        let rows = {
-            let mut conn = self.pool.get().await.map_err(from_pool)?;
-            diesel::sql_query(LIST_SQL)
-                .bind::<Text, _>(request.app_name.as_str())
-                .bind::<Text, _>(request.user_id.as_str())
-                .bind::<Nullable<Timestamptz>, _>(after_time)
-                .bind::<Nullable<Text>, _>(after_id)
-                // One more than a page tells whether another page follows.
-                .bind::<BigInt, _>(page_size as i64 + 1)
-                .load::<SummaryRow>(&mut conn)
-                .await
-                .map_err(|e| from_diesel(e, "state"))?
-        };
+        let rows = with_retries!(self, |conn| diesel::sql_query(LIST_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&request.app_name))
+            .bind::<Text, _>(request.app_name.as_str())
+            .bind::<Text, _>(request.user_id.as_str())
+            .bind::<Nullable<Timestamptz>, _>(after_time)
+            .bind::<Nullable<Text>, _>(after_id)
+            // One more than a page tells whether another page follows.
+            .bind::<BigInt, _>(page_size as i64 + 1)
+            .load::<SummaryRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state")))?;
         let more = rows.len() > page_size;
         let mut sessions = Vec::with_capacity(rows.len().min(page_size));
         for row in rows.into_iter().take(page_size) {
@@ -404,14 +455,14 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
-        let mut conn = self.pool.get().await.map_err(from_pool)?;
-        diesel::sql_query(DELETE_SQL)
+        with_retries!(self, |conn| diesel::sql_query(DELETE_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
             .bind::<Text, _>(key.app_name.as_str())
             .bind::<Text, _>(key.user_id.as_str())
             .bind::<Text, _>(key.session_id.as_str())
             .execute(&mut conn)
             .await
-            .map_err(|e| from_diesel(e, "state"))?;
+            .map_err(|e| from_diesel(e, "state")))?;
         Ok(())
     }
 
@@ -426,27 +477,28 @@ impl SessionStore for PgSessionStore {
             .transpose()?;
         let max_lifetime = self.config.max_session_lifetime.map(|d| interval("max_session_lifetime", d)).transpose()?;
         const DELTA_FIELD: &str = "event.actions.state_delta";
+        let session_delta = to_json(prepared.delta.session);
+        let user_delta = to_json(prepared.delta.user);
+        let app_delta = to_json(prepared.delta.app);
 
-        let row = {
-            let mut conn = self.pool.get().await.map_err(from_pool)?;
-            diesel::sql_query(APPEND_SQL)
-                .bind::<Text, _>(key.app_name.as_str())
-                .bind::<Text, _>(key.user_id.as_str())
-                .bind::<Text, _>(key.session_id.as_str())
-                .bind::<Text, _>(event.id.as_str())
-                .bind::<Nullable<Text>, _>(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()))
-                .bind::<Text, _>(event.author.as_str())
-                .bind::<BigInt, _>(prepared.event_ts)
-                .bind::<Jsonb, _>(&prepared.payload)
-                .bind::<Jsonb, _>(to_json(prepared.delta.session))
-                .bind::<Jsonb, _>(to_json(prepared.delta.user))
-                .bind::<Jsonb, _>(to_json(prepared.delta.app))
-                .bind::<Nullable<BigInt>, _>(expected)
-                .bind::<Nullable<Interval>, _>(max_lifetime)
-                .get_result::<AppendRow>(&mut conn)
-                .await
-                .map_err(|e| from_diesel(e, DELTA_FIELD))?
-        };
+        let row = with_retries!(self, |conn| diesel::sql_query(APPEND_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .bind::<Text, _>(event.id.as_str())
+            .bind::<Nullable<Text>, _>(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()))
+            .bind::<Text, _>(event.author.as_str())
+            .bind::<BigInt, _>(prepared.event_ts)
+            .bind::<Jsonb, _>(&prepared.payload)
+            .bind::<Jsonb, _>(&session_delta)
+            .bind::<Jsonb, _>(&user_delta)
+            .bind::<Jsonb, _>(&app_delta)
+            .bind::<Nullable<BigInt>, _>(expected)
+            .bind::<Nullable<Interval>, _>(max_lifetime)
+            .get_result::<AppendRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, DELTA_FIELD)))?;
         let seq = row.seq.map(version);
         match row.outcome.as_str() {
             "stored" => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
@@ -489,23 +541,21 @@ impl SessionStore for PgSessionStore {
         let prepared = summary.prepare_summary()?;
         let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
-        let row = {
-            let mut conn = self.pool.get().await.map_err(from_pool)?;
-            diesel::sql_query(ROLLOVER_SQL)
-                .bind::<Text, _>(key.app_name.as_str())
-                .bind::<Text, _>(key.user_id.as_str())
-                .bind::<Text, _>(key.session_id.as_str())
-                .bind::<Text, _>(successor.session_id.as_str())
-                .bind::<Text, _>(summary.id.as_str())
-                .bind::<Nullable<Text>, _>(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty()))
-                .bind::<Text, _>(summary.author.as_str())
-                .bind::<BigInt, _>(prepared.event_ts)
-                .bind::<Jsonb, _>(&prepared.payload)
-                .bind::<Nullable<Interval>, _>(ttl)
-                .get_result::<RolloverRow>(&mut conn)
-                .await
-                .map_err(|e| from_diesel(e, "state"))?
-        };
+        let row = with_retries!(self, |conn| diesel::sql_query(ROLLOVER_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .bind::<Text, _>(successor.session_id.as_str())
+            .bind::<Text, _>(summary.id.as_str())
+            .bind::<Nullable<Text>, _>(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty()))
+            .bind::<Text, _>(summary.author.as_str())
+            .bind::<BigInt, _>(prepared.event_ts)
+            .bind::<Jsonb, _>(&prepared.payload)
+            .bind::<Nullable<Interval>, _>(ttl)
+            .get_result::<RolloverRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state")))?;
         match row.outcome.as_str() {
             "rolled" => {
                 let session_state = stored_state("session state", row.state)?;
