@@ -10,15 +10,24 @@
 //! serves traffic. Every DDL statement runs under `lock_timeout` with retry,
 //! so live appends never queue behind it for long.
 
+pub mod convert;
 pub mod error;
 pub mod expiry;
 pub mod health;
+pub mod index;
 pub mod maintenance;
 pub mod partitions;
 pub mod sql;
+pub mod tenancy;
 
+pub use convert::{
+    ConvertOptions, ConvertPlan, ConvertProgress, ConvertReport, ConvertStep, StepKind, conversion_plan,
+    convert_events, convert_events_with, plan_conversion,
+};
 pub use error::OpsError;
 pub use expiry::{ExpiryReport, expire_sessions};
 pub use health::{HealthReport, HealthThresholds, health};
+pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_index, create_partitioned_index_with};
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, run_maintenance};
 pub use sql::LockPolicy;
+pub use tenancy::{ServiceRoleOptions, ServiceRoleReport, setup_service_role};

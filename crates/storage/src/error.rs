@@ -49,9 +49,7 @@ pub(crate) fn from_diesel(error: DieselError, state_field: &str) -> StoreError {
                 _ if message.contains("statement timeout") => {
                     StoreError::Timeout { what: "the statement (statement_timeout)".into() }
                 }
-                _ if message.starts_with("terminating connection")
-                    || message.contains("the database system is") =>
-                {
+                _ if message.starts_with("terminating connection") || message.contains("the database system is") => {
                     StoreError::Unavailable { message: message.to_owned() }
                 }
                 _ => StoreError::Database { message: message.to_owned() },

@@ -21,7 +21,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use diesel::data_types::PgInterval;
 use diesel::sql_types::{BigInt, Date, Interval, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
-use diesel_async::RunQueryDsl;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
 use crate::error::{from_diesel, from_pool};
@@ -82,6 +82,16 @@ impl ConflictRetry {
     }
 }
 
+/// Keeps a connection that failed as unavailable from going back to the
+/// pool. A backend killed by the server is only seen as closed once the
+/// driver has read the end of the stream, which may be after the pool takes
+/// the connection back; marking its transaction state as failed makes bb8
+/// drop it on return instead of handing it to the next caller.
+fn discard_connection(conn: &mut AsyncPgConnection) {
+    // diesel-async exposes this hook (doc-hidden) for exactly such pool checks.
+    <AsyncPgConnection as AsyncConnection>::TransactionManager::transaction_manager_status_mut(conn).set_in_error();
+}
+
 /// Runs `$query`, an expression over `$conn` (a pooled connection, fresh
 /// for each attempt), again while it loses deadlock or serialization races.
 macro_rules! with_retries {
@@ -90,6 +100,9 @@ macro_rules! with_retries {
         loop {
             let mut $conn = $store.pool.get().await.map_err(from_pool)?;
             let result = $query;
+            if matches!(result, Err(StoreError::Unavailable { .. })) {
+                discard_connection(&mut $conn);
+            }
             if !retry.again(&result).await {
                 break result;
             }

@@ -1,0 +1,240 @@
+//! Row-level security: a service role acting for one app cannot see or
+//! touch another app's rows, even through a query without an app filter.
+
+use std::sync::Arc;
+
+use adk_postgres_domain::{
+    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionKey, SessionStore, StoreConfig,
+    StoreError, UserId,
+};
+use adk_postgres_retention::{ServiceRoleOptions, setup_service_role};
+use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
+use adk_postgres_testing::{TestDatabase, test_database};
+use adk_postgres_tests::pg::{client, store};
+use serde_json::json;
+
+/// A login role unique to this test, set up the way an operator would.
+async fn service_role(db: &TestDatabase) -> (String, String) {
+    let role = format!("adk_service_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let report = setup_service_role(db.url(), &role, &ServiceRoleOptions { create: true, password: None })
+        .await
+        .expect("set up the service role");
+    assert!(report.created);
+    let mut url = url::Url::parse(db.url()).expect("test URL");
+    url.set_username(&role).expect("set user");
+    url.set_password(None).expect("no password: the test cluster trusts local logins");
+    (role, url.to_string())
+}
+
+fn with_delta(delta: serde_json::Value) -> Event {
+    let mut event = Event::new("agent");
+    event.actions.state_delta = delta.as_object().cloned().expect("object");
+    event
+}
+
+/// Sessions of apps "alpha" and "beta" for the same user id, with events and
+/// shared state, written by the owner.
+async fn two_tenants(db: &TestDatabase) -> (SessionKey, SessionKey) {
+    let owner = store(db.url()).await;
+    let mut keys = Vec::new();
+    for app in ["alpha", "beta"] {
+        let request = CreateSession::new(AppName::new(app).expect("app"), UserId::new("u1").expect("user"))
+            .with_id(format!("{app}-session"));
+        let key = owner.create(request).await.expect("create").key;
+        owner
+            .append(
+                &key,
+                with_delta(json!({"user:plan": app, "app:motd": app, "topic": app})),
+                AppendOptions::default(),
+            )
+            .await
+            .expect("append");
+        keys.push(key);
+    }
+    let beta = keys.pop().expect("beta");
+    (keys.pop().expect("alpha"), beta)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_cannot_reach_another_apps_sessions() {
+    let db = test_database().await;
+    let (alpha, beta) = two_tenants(&db).await;
+    let (_, service_url) = service_role(&db).await;
+    let scoped = PgSessionStore::connect(&service_url, &PoolConfig::default(), StoreConfig::default())
+        .await
+        .expect("connect as the service role")
+        .with_tenant_scope(TenantScope::Fixed(AppName::new("alpha").expect("app")));
+
+    let own = scoped.get(&alpha, GetOptions::default()).await.expect("own session");
+    assert_eq!(own.events.len(), 1);
+    assert_eq!(own.state.get("user:plan"), Some(&json!("alpha")));
+
+    assert!(matches!(scoped.get(&beta, GetOptions::default()).await, Err(StoreError::NotFound(_))));
+    let listed =
+        scoped.list(&ListSessions::new(beta.app_name.clone(), beta.user_id.clone())).await.expect("list another app");
+    assert!(listed.sessions.is_empty());
+    assert!(matches!(
+        scoped.append(&beta, Event::new("user"), AppendOptions::default()).await,
+        Err(StoreError::NotFound(_))
+    ));
+    scoped.delete(&beta).await.expect("deleting what you cannot see is a no-op");
+    let create_elsewhere = scoped
+        .create(CreateSession::new(AppName::new("beta").expect("app"), UserId::new("u2").expect("user")))
+        .await
+        .expect_err("creating a session of another app");
+    assert!(matches!(create_elsewhere, StoreError::PermissionDenied { .. }), "{create_elsewhere:?}");
+
+    // The owner still sees beta whole.
+    let owner = store(db.url()).await;
+    let untouched = owner.get(&beta, GetOptions::default()).await.expect("beta survives");
+    assert_eq!(untouched.events.len(), 1);
+    assert_eq!(untouched.state.get("app:motd"), Some(&json!("beta")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
+    let db = test_database().await;
+    two_tenants(&db).await;
+    let (role, service_url) = service_role(&db).await;
+    let sql = client(&service_url).await;
+    let counts = async |sql: &tokio_postgres::Client| -> Vec<i64> {
+        let mut counts = Vec::new();
+        for table in ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states"] {
+            counts.push(sql.query_one(&format!("SELECT count(*) FROM {table}"), &[]).await.expect("count").get(0));
+        }
+        counts
+    };
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0], "no tenant set: nothing visible");
+
+    sql.batch_execute("BEGIN; SELECT set_config('adk.app_name', 'alpha', true)").await.expect("enter alpha");
+    assert_eq!(counts(&sql).await, vec![1, 1, 1, 1]);
+    let apps: Vec<String> = sql
+        .query("SELECT DISTINCT app_name FROM adk_events", &[])
+        .await
+        .expect("apps")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(apps, vec!["alpha".to_owned()]);
+    let refused = sql
+        .execute("INSERT INTO adk_sessions (app_name, user_id, session_id) VALUES ('beta', 'u9', 'sneaky')", &[])
+        .await
+        .expect_err("WITH CHECK refuses another app's row");
+    let message = refused.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.contains("row-level security"), "{refused:?}");
+    sql.batch_execute("ROLLBACK").await.expect("rollback");
+
+    // The setting was transaction-local: it is gone.
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0]);
+
+    // A partition reached directly is not granted at all.
+    let partition: String = client(db.url())
+        .await
+        .query_one("SELECT adk_event_partition_name((now() AT TIME ZONE 'UTC')::date)", &[])
+        .await
+        .expect("partition")
+        .get(0);
+    let denied = sql.query(&format!("SELECT * FROM {partition}"), &[]).await.expect_err("partition access");
+    let message = denied.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.starts_with("permission denied"), "{denied:?}");
+
+    // The owner, without any role switch, is not restricted (by design).
+    let owner = client(db.url()).await;
+    let all: i64 = owner.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
+    assert_eq!(all, 2);
+    let _ = role;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tenants_hammering_one_pool_never_see_each_other() {
+    let db = test_database().await;
+    let (_, service_url) = service_role(&db).await;
+    let shared = Arc::new(
+        PgSessionStore::connect(
+            &service_url,
+            &PoolConfig { max_size: 4, ..PoolConfig::default() },
+            StoreConfig::default(),
+        )
+        .await
+        .expect("connect")
+        .with_tenant_scope(TenantScope::PerRequest),
+    );
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let store = Arc::clone(&shared);
+        tasks.push(tokio::spawn(async move {
+            let app = if worker % 2 == 0 { "alpha" } else { "beta" };
+            let app_name = AppName::new(app).expect("app");
+            let user = UserId::new("shared-user").expect("user");
+            for round in 0..15 {
+                let key = store
+                    .create(
+                        CreateSession::new(app_name.clone(), user.clone()).with_id(format!("{app}-{worker}-{round}")),
+                    )
+                    .await
+                    .expect("create")
+                    .key;
+                store
+                    .append(&key, with_delta(json!({"app:last_writer": app, "owner": app})), AppendOptions::default())
+                    .await
+                    .expect("append");
+                let session = store.get(&key, GetOptions::default()).await.expect("get");
+                assert_eq!(session.state.get("app:last_writer"), Some(&json!(app)), "saw another app's state");
+                let page = store
+                    .list(&ListSessions { page_size: Some(200), ..ListSessions::new(app_name.clone(), user.clone()) })
+                    .await
+                    .expect("list");
+                // Sessions other workers just created may not have their first
+                // event yet; none may carry another app's.
+                assert!(page.sessions.iter().all(
+                    |s| s.key.app_name == app_name && s.state.get("owner").is_none_or(|owner| owner == &json!(app))
+                ));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    // No pooled connection kept a tenant after its transaction.
+    let mut leaked = Vec::new();
+    for _ in 0..4 {
+        let mut conn = shared.pool().get().await.expect("connection");
+        leaked.push(setting(&mut conn).await);
+    }
+    assert!(leaked.iter().all(|s| s.as_deref().unwrap_or("").is_empty()), "{leaked:?}");
+    let owner = client(db.url()).await;
+    let per_app: Vec<(String, i64)> = owner
+        .query("SELECT app_name, count(*) FROM adk_sessions GROUP BY 1 ORDER BY 1", &[])
+        .await
+        .expect("count")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(per_app, vec![("alpha".to_owned(), 60), ("beta".to_owned(), 60)]);
+}
+
+async fn setting(conn: &mut diesel_async::AsyncPgConnection) -> Option<String> {
+    use diesel::sql_types::{Nullable, Text};
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Nullable<Text>)]
+        value: Option<String>,
+    }
+    diesel::sql_query("SELECT current_setting('adk.app_name', true) AS value")
+        .get_result::<Row>(conn)
+        .await
+        .expect("read the setting")
+        .value
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_exempt_from_row_level_security_is_refused() {
+    let db = test_database().await;
+    let err = setup_service_role(db.url(), "postgres", &ServiceRoleOptions::default()).await.expect_err("superuser");
+    assert!(err.to_string().contains("exempt from row-level security"), "{err}");
+    let err = setup_service_role(db.url(), "no_such_role_here", &ServiceRoleOptions::default())
+        .await
+        .expect_err("missing role without create");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
