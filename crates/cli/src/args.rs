@@ -27,6 +27,39 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Convert an unpartitioned adk_events into daily partitions without
+    /// rewriting it (resumable; run it again after an interruption).
+    ConvertEvents {
+        /// Print the SQL of the remaining steps and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The first day of daily partitions (default: today, UTC).
+        #[arg(long)]
+        cutover: Option<NaiveDate>,
+        /// Longest any step waits for its lock before retrying.
+        #[arg(long, default_value = "2s")]
+        lock_timeout: humantime::Duration,
+    },
+    /// Build an index on every partition of adk_events without blocking writes.
+    CreateIndex {
+        /// Index name (on the parent; partitions get derived names).
+        name: String,
+        /// Comma-separated columns, e.g. app_name,author
+        #[arg(long, value_delimiter = ',', required = true)]
+        columns: Vec<String>,
+        #[arg(long, default_value = "2s")]
+        lock_timeout: humantime::Duration,
+    },
+    /// Grant a non-owner role what the service needs, so row-level security
+    /// applies to it; creates the role with --create.
+    ServiceRole {
+        role: String,
+        #[arg(long)]
+        create: bool,
+        /// Read the role's password from this environment variable.
+        #[arg(long)]
+        password_env: Option<String>,
+    },
     /// Report health; exits 2 when something needs attention.
     Status {
         #[arg(long)]

@@ -10,7 +10,9 @@ mod render;
 use std::process::ExitCode;
 
 use adk_postgres_retention::{
-    HealthThresholds, LockPolicy, MaintenanceConfig, expire_sessions, health, run_maintenance,
+    ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
+    conversion_plan, convert_events, create_partitioned_index, expire_sessions, health, run_maintenance,
+    setup_service_role,
 };
 use anyhow::{Context, Result};
 use args::{Cli, Command, MaintainArgs};
@@ -89,6 +91,95 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     report.sessions_deleted, report.events_deleted, report.batches
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ConvertEvents { dry_run, cutover, lock_timeout } => {
+            let cutover = today(cutover);
+            if dry_run {
+                let plan = conversion_plan(&url, cutover).await.context("plan the conversion")?;
+                print!("{plan}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let policy = LockPolicy { lock_timeout: lock_timeout.into(), ..LockPolicy::default() };
+            let bar = ProgressBar::new(12);
+            bar.set_style(
+                ProgressStyle::with_template("[{bar:30}] step {pos}/{len} {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            let report = convert_events(&url, cutover, &policy, &mut |event| match event {
+                ConvertProgress::StepStarted { number, title, .. } => {
+                    bar.set_position(number.saturating_sub(1) as u64);
+                    bar.set_message(title.to_owned());
+                }
+                ConvertProgress::IndexBuild { index, phase, blocks_done, blocks_total, .. } => {
+                    let percent = if blocks_total > 0 { blocks_done * 100 / blocks_total } else { 0 };
+                    bar.set_message(format!("{index}: {phase} {percent}%"));
+                }
+                ConvertProgress::Validating { statement, elapsed_ms, .. } => {
+                    bar.set_message(format!("validating ({}s): {statement}", elapsed_ms / 1000));
+                }
+                ConvertProgress::DroppedInvalidIndex { index, .. } => {
+                    bar.println(format!("dropped {index}, left invalid by an interrupted build"));
+                }
+                ConvertProgress::StepFinished { number, .. } => bar.set_position(number as u64),
+            })
+            .await;
+            bar.finish_and_clear();
+            let report = report.context("convert adk_events")?;
+            if report.already_converted {
+                println!("adk_events is already partitioned; nothing to do");
+            } else {
+                println!(
+                    "converted adk_events: {} step(s) run, legacy partition up to {}, swap held its locks for {} ms",
+                    report.steps.len(),
+                    report.cutover,
+                    report.swap_lock_ms.unwrap_or_default()
+                );
+                println!("run `adk-pg maintain` now to premake the coming days");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CreateIndex { name, columns, lock_timeout } => {
+            let policy = LockPolicy { lock_timeout: lock_timeout.into(), ..LockPolicy::default() };
+            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template("[{bar:30}] {pos}/{len} partitions {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            let report = create_partitioned_index(&url, &name, &columns, &policy, &mut |event| match event {
+                IndexProgress::Started { partitions, .. } => bar.set_length(partitions as u64),
+                IndexProgress::Building { partition, progress, .. } => {
+                    bar.set_message(format!("{partition}: {}", progress.phase));
+                }
+                IndexProgress::Attached { .. } | IndexProgress::PartitionSkipped { .. } => bar.inc(1),
+                _ => {}
+            })
+            .await;
+            bar.finish_and_clear();
+            let report = report.context("create the index")?;
+            println!(
+                "index {} on {} partition(s): {} built, {} already there",
+                report.index,
+                report.partitions,
+                report.built.len(),
+                report.skipped.len() + report.attached_existing.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ServiceRole { role, create, password_env } => {
+            let password = match password_env {
+                Some(var) => Some(std::env::var(&var).with_context(|| format!("read the password from ${var}"))?),
+                None => None,
+            };
+            let report = setup_service_role(&url, &role, &ServiceRoleOptions { create, password })
+                .await
+                .context("set up the service role")?;
+            if report.created {
+                println!("created role {}", report.role);
+            }
+            println!("granted {} on {}", report.role, report.granted.join(", "));
+            println!("connect the service as {} with a tenant scope (see README, Security)", report.role);
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json, min_partitions_ahead, max_run_age, today: day } => {

@@ -92,3 +92,60 @@ fn a_missing_database_url_is_named() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("DATABASE_URL"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn convert_events_dry_run_prints_sql_then_converts() {
+    let db = adk_postgres_testing::empty_database().await;
+    let sql = raw(db.url()).await;
+    sql.batch_execute(include_str!("../../../tests/fixtures/legacy_layout.sql")).await.expect("legacy layout");
+    sql.batch_execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id) VALUES ('app', 'user', 's');
+         INSERT INTO adk_events (app_name, user_id, session_id, seq, event_id, author, event_ts, payload)
+         SELECT 'app', 'user', 's', n, 'e' || n, 'agent', n, '{}' FROM generate_series(1, 50) n;",
+    )
+    .await
+    .expect("legacy rows");
+
+    let plan = adk_pg(db.url(), &["convert-events", "--dry-run"]);
+    assert!(plan.status.success(), "{plan:?}");
+    let text = stdout(&plan);
+    assert!(text.contains("CONCURRENTLY") && text.contains("NOT VALID"), "{text}");
+    let still_plain: String = sql
+        .query_one("SELECT relkind::text FROM pg_class WHERE relname = 'adk_events'", &[])
+        .await
+        .expect("relkind")
+        .get(0);
+    assert_eq!(still_plain, "r", "a dry run changed the table");
+
+    let convert = adk_pg(db.url(), &["convert-events"]);
+    assert!(convert.status.success(), "{convert:?}");
+    let partitioned: String = sql
+        .query_one("SELECT relkind::text FROM pg_class WHERE relname = 'adk_events'", &[])
+        .await
+        .expect("relkind")
+        .get(0);
+    assert_eq!(partitioned, "p");
+    let again = adk_pg(db.url(), &["convert-events"]);
+    assert!(stdout(&again).contains("already partitioned"), "{}", stdout(&again));
+
+    let index = adk_pg(db.url(), &["create-index", "adk_events_author", "--columns", "app_name,author"]);
+    assert!(index.status.success(), "{index:?}");
+    let valid: bool = sql
+        .query_one("SELECT indisvalid FROM pg_index WHERE indexrelid = 'adk_events_author'::regclass", &[])
+        .await
+        .expect("index")
+        .get(0);
+    assert!(valid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn service_role_grants_a_non_owner_and_refuses_a_superuser() {
+    let db = test_database().await;
+    let role = format!("adk_cli_{}", std::process::id());
+    let created = adk_pg(db.url(), &["service-role", &role, "--create"]);
+    assert!(created.status.success(), "{created:?}");
+    assert!(stdout(&created).contains("granted"), "{}", stdout(&created));
+    let refused = adk_pg(db.url(), &["service-role", "postgres"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("exempt from row-level security"));
+}
