@@ -251,3 +251,49 @@ async fn deleting_a_session_keeps_other_sessions_events() {
         .collect();
     assert_eq!(left, vec![(kept.session_id.to_string(), 4)]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn injection_attempts_are_stored_and_read_back_literally() {
+    use adk_postgres_domain::{AppName, CreateSession, ListSessions, UserId};
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let app = "app'); DROP TABLE adk_sessions; --";
+    let user = "u\" OR 1=1 --";
+    let id = "s'; DELETE FROM adk_events WHERE ''='";
+    let keys = ["k'; DROP TABLE adk_events; --", "user:$1", "app:\\x00", "a\"b", "%_", "user:'||pg_sleep(5)||'"];
+    let mut state = serde_json::Map::new();
+    for (i, k) in keys.iter().enumerate() {
+        state.insert((*k).to_owned(), json!(format!("v{i}'; --")));
+    }
+    let created = store
+        .create(
+            CreateSession::new(AppName::new(app).expect("app"), UserId::new(user).expect("user"))
+                .with_id(id)
+                .with_state(state.clone()),
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.key.session_id.as_str(), id);
+    let mut event = event_with_delta(json!({ "x'); --": "y" }));
+    event.id = "e'; --".into();
+    event.author = "author\"; --".into();
+    store.append(&created.key, event.clone(), AppendOptions::default()).await.expect("append");
+
+    let loaded = store.get(&created.key, GetOptions::default()).await.expect("get");
+    for (k, v) in &state {
+        assert_eq!(loaded.state.get(k), Some(v), "{k}");
+    }
+    assert_eq!(loaded.events, vec![event]);
+    let page = store
+        .list(&ListSessions::new(AppName::new(app).expect("app"), UserId::new(user).expect("user")))
+        .await
+        .expect("list");
+    assert_eq!(page.sessions.len(), 1);
+    let stored: (String, String, String) = sql
+        .query_one("SELECT app_name, user_id, session_id FROM adk_sessions", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .expect("the tables are intact");
+    assert_eq!(stored, (app.to_owned(), user.to_owned(), id.to_owned()));
+}
