@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
             // concurrency
             concurrent_appends_to_one_session_are_gapless,
             concurrent_shared_state_merges_lose_no_update,
+            concurrent_increments_of_a_user_counter_reach_exactly_400,
             concurrent_appends_with_one_expected_version_store_exactly_one,
             concurrent_retries_of_one_event_store_it_once,
             concurrent_creates_of_one_id_make_one_session,
@@ -1548,6 +1549,50 @@ pub async fn concurrent_shared_state_merges_lose_no_update<F: StoreFactory>(f: &
         assert!(missing.is_empty(), "{key}: lost or wrong keys {missing:?} in {:?}", loaded.state);
         assert_eq!(loaded.state, expected);
     }
+}
+
+/// 8 tasks × 50 increments of one `user:` counter: read the session, write
+/// counter + 1 with the version read as the expected version, retry on
+/// `StaleSession`. The version check and the write are one atomic step, so
+/// the counter ends at exactly 400: no increment lost, none applied twice.
+pub async fn concurrent_increments_of_a_user_counter_reach_exactly_400<F: StoreFactory>(f: &F) {
+    const TASKS: usize = 8;
+    const PER_TASK: usize = 50;
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("counter");
+    let session = create(&*store, &app, &user, "s", json!({"user:counter": 0})).await;
+    let barrier = Arc::new(Barrier::new(TASKS));
+    let mut tasks = JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, key, barrier) = (store.clone(), session.key.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let mut stale = 0u32;
+            for _ in 0..PER_TASK {
+                loop {
+                    let seen = store
+                        .get(&key, GetOptions { num_recent_events: Some(0), after: None })
+                        .await
+                        .expect("read the counter");
+                    let counter = seen.state["user:counter"].as_u64().expect("a number");
+                    let options = AppendOptions { expected_version: Some(seen.version) };
+                    match store.append(&key, ev(json!({ "user:counter": counter + 1 })), options).await {
+                        Ok(_) => break,
+                        Err(StoreError::StaleSession { .. }) => stale += 1,
+                        Err(other) => panic!("increment failed: {other:?}"),
+                    }
+                }
+            }
+            stale
+        });
+    }
+    let mut stale = 0;
+    while let Some(done) = tasks.join_next().await {
+        stale += done.expect("increment task");
+    }
+    let loaded = get(&*store, &session.key).await;
+    assert_eq!(loaded.state["user:counter"], json!(TASKS * PER_TASK), "after {stale} stale retries");
+    assert_eq!(loaded.version, (TASKS * PER_TASK) as u64);
 }
 
 pub async fn concurrent_appends_with_one_expected_version_store_exactly_one<F: StoreFactory>(f: &F) {
