@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionStore, StoreError};
-use adk_postgres_storage::store::EVENTS_SQL;
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, client_with_notices, drain, new_session, store};
 use chrono::{DateTime, Utc};
@@ -106,7 +105,6 @@ async fn get_reads_one_partition_of_forty() {
         .collect();
     explaining.batch_execute("COMMIT").await.expect("commit");
     assert_eq!(touched, vec![expected]);
-    let _ = EVENTS_SQL;
 }
 
 #[tokio::test(flavor = "multi_thread")]

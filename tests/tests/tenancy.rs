@@ -95,7 +95,7 @@ async fn a_tenant_cannot_reach_another_apps_sessions() {
 async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     let db = test_database().await;
     two_tenants(&db).await;
-    let (role, service_url) = service_role(&db).await;
+    let (_, service_url) = service_role(&db).await;
     let sql = client(&service_url).await;
     let counts = async |sql: &tokio_postgres::Client| -> Vec<i64> {
         let mut counts = Vec::new();
@@ -142,7 +142,6 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     let owner = client(db.url()).await;
     let all: i64 = owner.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
     assert_eq!(all, 2);
-    let _ = role;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -138,7 +138,7 @@ FROM adk_load_session($1, $2, $3, $4)";
 
 /// The event read of `get`; the function binds `session_day`, so one
 /// partition is read.
-pub const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events($1, $2, $3, $4, $5, $6, $7, $8)";
+const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events($1, $2, $3, $4, $5, $6, $7, $8)";
 
 const LIST_SQL: &str = "\
 SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state
