@@ -148,17 +148,18 @@ impl Event {
 }
 
 impl Event {
-    /// Checks a rollover summary: stored, never partial, and without a state
-    /// delta (the successor starts from the closed session's state as is).
-    pub fn prepare_summary(&self) -> Result<PreparedEvent, StoreError> {
+    /// Checks a rollover summary and returns it as stored: never partial,
+    /// and without a state delta (the successor starts from the closed
+    /// session's state as it is).
+    pub fn prepare_summary(self) -> Result<(Self, PreparedEvent), StoreError> {
         if self.is_partial() {
             return Err(StoreError::invalid("summary.partial", "a rollover summary cannot be partial"));
         }
-        let prepared = self.prepare()?;
+        let (stored, prepared) = self.prepare_for_store()?;
         if !prepared.delta.is_empty() {
             return Err(StoreError::invalid("summary.actions.state_delta", "a rollover summary cannot change state"));
         }
-        Ok(prepared)
+        Ok((stored, prepared))
     }
 }
 

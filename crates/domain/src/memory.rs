@@ -287,9 +287,7 @@ impl SessionStore for InMemoryStore {
         summary: Event,
     ) -> Result<Session, StoreError> {
         let successor_id = SessionId::from_requested(successor_id.as_deref())?;
-        ScopedState::split("summary.actions.state_delta", &summary.actions.state_delta)?;
-        let summary = summary.without_temp_state();
-        summary.prepare_summary()?;
+        let (summary, _) = summary.prepare_summary()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id.clone());
         let now = now_micros();
         let mut tables = self.tables();

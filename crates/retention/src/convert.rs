@@ -97,13 +97,13 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
-use crate::error::{OpsError, is_lock_wait};
+use crate::error::OpsError;
 use crate::index::{
     INDEX_INFO_SQL, IndexInfo, Observation, Watcher, backend_pid, build_index_concurrently, millis, run_long_watched,
     try_advisory_lock,
 };
 use crate::partitions::partition_name;
-use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident, quote_literal};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two conversions apart.
 pub const CONVERT_LOCK_KEY: i64 = 0x0adc_9a57_0002;
@@ -603,26 +603,16 @@ async fn watcher_for<'w>(watcher: &'w mut Option<Watcher>, database_url: &str, p
 /// returns how long the successful attempt took, i.e. how long it held its
 /// locks.
 async fn run_swap(conn: &mut AsyncPgConnection, sql: &str, policy: &LockPolicy) -> Result<u64, OpsError> {
-    let attempts = policy.attempts.max(1);
-    let mut pause = policy.backoff;
-    for attempt in 1..=attempts {
+    let mut retry = LockRetry::new("the conversion swap", policy);
+    loop {
         let started = Instant::now();
         // One simple-protocol message with several statements is one
         // transaction: all of it commits or none of it does.
-        match conn.batch_execute(sql).await {
-            Ok(()) => return Ok(millis(started.elapsed())),
-            Err(e) if is_lock_wait(&e) && attempt < attempts => {
-                tracing::warn!(attempt, "the swap timed out waiting for a lock; retrying");
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2);
-            }
-            Err(e) if is_lock_wait(&e) => {
-                return Err(OpsError::LockTimeout { statement: "the conversion swap".into(), attempts });
-            }
-            Err(e) => return Err(OpsError::Query { context: "the conversion swap".into(), source: e }),
+        let result = conn.batch_execute(sql).await;
+        if retry.settle(result).await? {
+            return Ok(millis(started.elapsed()));
         }
     }
-    Err(OpsError::LockTimeout { statement: "the conversion swap".into(), attempts })
 }
 
 // ---------------------------------------------------------------------------

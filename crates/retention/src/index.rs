@@ -29,8 +29,8 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
-use crate::error::{OpsError, is_lock_wait};
-use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident};
+use crate::error::OpsError;
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, quote_ident};
 
 /// Key of the advisory lock that keeps two index builds apart: both would
 /// otherwise take each other's half-built index for a leftover and drop it.
@@ -790,13 +790,12 @@ pub(crate) async fn build_index_concurrently(
     on_progress: &mut dyn FnMut(BuildProgress),
 ) -> Result<BuildOutcome, OpsError> {
     let mut outcome = BuildOutcome::default();
-    let attempts = policy.attempts.max(1);
-    let mut pause = policy.backoff;
-    for attempt in 1..=attempts {
-        outcome.attempts = attempt;
+    let mut retry = LockRetry::new(create, policy);
+    loop {
+        outcome.attempts = retry.attempt();
         match index_info(conn, schema, index).await? {
             Some(info) if info.valid => {
-                outcome.already_built = attempt == 1;
+                outcome.already_built = outcome.attempts == 1;
                 return Ok(outcome);
             }
             Some(_) => {
@@ -812,20 +811,10 @@ pub(crate) async fn build_index_concurrently(
             }
         })
         .await;
-        match result {
-            Ok(()) => return Ok(outcome),
-            Err(e) if is_lock_wait(&e) && attempt < attempts => {
-                tracing::warn!(statement = create, attempt, "concurrent index build timed out on a lock; retrying");
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2);
-            }
-            Err(e) if is_lock_wait(&e) => {
-                return Err(OpsError::LockTimeout { statement: create.to_owned(), attempts });
-            }
-            Err(e) => return Err(OpsError::Query { context: create.to_owned(), source: e }),
+        if retry.settle(result).await? {
+            return Ok(outcome);
         }
     }
-    Err(OpsError::LockTimeout { statement: create.to_owned(), attempts })
 }
 
 /// Runs a long statement that takes a weak lock (`VALIDATE CONSTRAINT`)
@@ -838,23 +827,13 @@ pub(crate) async fn run_long_watched(
     policy: &LockPolicy,
     on_observation: &mut dyn FnMut(Observation),
 ) -> Result<u32, OpsError> {
-    let attempts = policy.attempts.max(1);
-    let mut pause = policy.backoff;
-    for attempt in 1..=attempts {
-        match run_watched(conn, statement, watcher, Watch::Activity, pid, on_observation).await {
-            Ok(()) => return Ok(attempt),
-            Err(e) if is_lock_wait(&e) && attempt < attempts => {
-                tracing::warn!(statement, attempt, "lock wait timed out; retrying");
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2);
-            }
-            Err(e) if is_lock_wait(&e) => {
-                return Err(OpsError::LockTimeout { statement: statement.to_owned(), attempts });
-            }
-            Err(e) => return Err(OpsError::Query { context: statement.to_owned(), source: e }),
+    let mut retry = LockRetry::new(statement, policy);
+    loop {
+        let result = run_watched(conn, statement, watcher, Watch::Activity, pid, on_observation).await;
+        if retry.settle(result).await? {
+            return Ok(retry.attempt());
         }
     }
-    Err(OpsError::LockTimeout { statement: statement.to_owned(), attempts })
 }
 
 #[cfg(test)]

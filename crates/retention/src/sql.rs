@@ -50,26 +50,58 @@ pub async fn connect(
     Ok(conn)
 }
 
+/// Paces the attempts of one statement that may time out waiting for a
+/// lock: a pause that doubles after each timeout, up to the policy's number
+/// of attempts, then a typed `LockTimeout`.
+#[derive(Debug)]
+pub struct LockRetry<'a> {
+    statement: &'a str,
+    attempts: u32,
+    attempt: u32,
+    pause: Duration,
+}
+
+impl<'a> LockRetry<'a> {
+    pub fn new(statement: &'a str, policy: &LockPolicy) -> Self {
+        Self { statement, attempts: policy.attempts.max(1), attempt: 1, pause: policy.backoff }
+    }
+
+    /// The attempt about to run (or that just succeeded), from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Judges one attempt: `Ok(true)` when it succeeded, `Ok(false)` after
+    /// pausing when a lock wait timed out and another attempt is due, an
+    /// error otherwise.
+    pub async fn settle(&mut self, result: diesel::QueryResult<()>) -> Result<bool, OpsError> {
+        match result {
+            Ok(()) => Ok(true),
+            Err(e) if is_lock_wait(&e) && self.attempt < self.attempts => {
+                tracing::warn!(statement = self.statement, attempt = self.attempt, "lock wait timed out; retrying");
+                tokio::time::sleep(self.pause).await;
+                self.pause = self.pause.saturating_mul(2);
+                self.attempt += 1;
+                Ok(false)
+            }
+            Err(e) if is_lock_wait(&e) => {
+                Err(OpsError::LockTimeout { statement: self.statement.to_owned(), attempts: self.attempts })
+            }
+            Err(e) => Err(OpsError::Query { context: self.statement.to_owned(), source: e }),
+        }
+    }
+}
+
 /// Runs one DDL statement, retrying with backoff when it times out waiting
 /// for a lock. Returns the number of attempts it took.
 pub async fn ddl(conn: &mut AsyncPgConnection, statement: &str, policy: &LockPolicy) -> Result<u32, OpsError> {
-    let mut pause = policy.backoff;
-    let attempts = policy.attempts.max(1);
-    for attempt in 1..=attempts {
-        match conn.batch_execute(statement).await {
-            Ok(()) => return Ok(attempt),
-            Err(e) if is_lock_wait(&e) && attempt < attempts => {
-                tracing::warn!(statement, attempt, "lock wait timed out; retrying");
-                tokio::time::sleep(pause).await;
-                pause = pause.saturating_mul(2);
-            }
-            Err(e) if is_lock_wait(&e) => {
-                return Err(OpsError::LockTimeout { statement: statement.to_owned(), attempts });
-            }
-            Err(e) => return Err(OpsError::Query { context: statement.to_owned(), source: e }),
+    let mut retry = LockRetry::new(statement, policy);
+    loop {
+        let result = conn.batch_execute(statement).await;
+        if retry.settle(result).await? {
+            return Ok(retry.attempt());
         }
     }
-    Err(OpsError::LockTimeout { statement: statement.to_owned(), attempts })
 }
 
 /// `"name"` with embedded quotes doubled: every identifier built from data

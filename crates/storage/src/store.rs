@@ -549,9 +549,7 @@ impl SessionStore for PgSessionStore {
         summary: Event,
     ) -> Result<Session, StoreError> {
         let successor_id = SessionId::from_requested(successor_id.as_deref())?;
-        ScopedState::split("summary.actions.state_delta", &summary.actions.state_delta)?;
-        let summary = summary.without_temp_state();
-        let prepared = summary.prepare_summary()?;
+        let (summary, prepared) = summary.prepare_summary()?;
         let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
         let row = with_retries!(self, |conn| diesel::sql_query(ROLLOVER_SQL)
