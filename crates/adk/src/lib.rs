@@ -1,0 +1,82 @@
+//! The adk-rust room of adk-postgres: [`PgSessionService`] implements
+//! `adk_session::SessionService` on the adk-postgres store, so an
+//! `adk-runner` `Runner` keeps its conversations in PostgreSQL unchanged.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use adk_core::Content;
+//! # async fn demo(url: String, agent: Arc<dyn adk_core::Agent>) -> Result<(), Box<dyn std::error::Error>> {
+//! use adk_postgres_adk::PgSessionService;
+//! use adk_runner::Runner;
+//! use adk_session::{CreateRequest, SessionService};
+//!
+//! adk_postgres_adk::migrate(&url).await?; // once, at deploy or start-up
+//! let sessions = Arc::new(PgSessionService::connect(&url).await?);
+//! let runner = Runner::builder().app_name("support").agent(agent).session_service(sessions.clone()).build()?;
+//! let request = CreateRequest { app_name: "support".into(), user_id: "u-42".into(), session_id: None, state: Default::default() };
+//! let session = sessions.create(request).await?;
+//! let events = runner.run_str("u-42", session.id(), Content::new("user").with_text("Where is my order?")).await?;
+//! # drop(events); Ok(()) }
+//! ```
+//!
+//! # What this crate owns, and what it does not
+//!
+//! It translates; it does not store. Everything the store promises
+//! (one-round-trip appends, gapless sequences, row-locked `user:`/`app:`
+//! state, nanosecond-exact `after` filters, idempotent retried appends,
+//! partitions, expiry) lives in `adk-postgres-domain`'s `SessionStore`
+//! contract and its implementations. This crate maps between the two worlds:
+//!
+//! - requests and identities: adk's raw strings become validated keys, a bad
+//!   one is an invalid-input error naming the field;
+//! - events: [`to_store_event`] / [`from_store_event`] carry every field of
+//!   an adk `Event` (typed where the store reads it, the rest in `extra`), so
+//!   an event reads back exactly as it was appended, to the nanosecond;
+//! - state keys: validated as adk-core does (`validate_state_key`) on top of
+//!   the store's own rules;
+//! - errors: every `StoreError` becomes an `AdkError` of component `session`
+//!   with a stable code from [`codes`] and the closest category.
+//!
+//! The service runs over any `Arc<dyn SessionStore>`: the Postgres store in
+//! production (feature `postgres`, on by default), the in-memory reference
+//! store in unit tests.
+//!
+//! [`ScriptedLlm`] is a deterministic offline model for tests and demos that
+//! drive a real `Runner`; it is small and depends on adk-core only.
+
+mod error;
+mod event;
+mod index;
+mod rewind;
+mod scripted;
+mod service;
+mod session;
+mod state;
+
+pub use error::{codes, to_adk_error};
+pub use event::{from_store_event, to_store_event};
+pub use scripted::{ScriptedLlm, ScriptedTurn};
+pub use service::PgSessionService;
+
+/// The store contract the service runs on, re-exported so one dependency
+/// is enough.
+pub use adk_postgres_domain as domain;
+/// The PostgreSQL store: pool settings, migrations, `PgSessionStore`.
+#[cfg(feature = "postgres")]
+pub use adk_postgres_storage as storage;
+
+/// Applies the store's pending migrations to the database at `url`; returns
+/// the versions applied. Run it once at deploy time (or at start-up) before
+/// [`PgSessionService::connect`].
+#[cfg(feature = "postgres")]
+pub async fn migrate(url: &str) -> adk_core::Result<Vec<String>> {
+    adk_postgres_storage::run_pending_migrations(url).await.map_err(|e| {
+        adk_core::AdkError::new(
+            adk_core::ErrorComponent::Session,
+            adk_core::ErrorCategory::Unavailable,
+            codes::MIGRATION_FAILED,
+            format!("migrating the session store failed: {e}"),
+        )
+        .with_source(e)
+    })
+}

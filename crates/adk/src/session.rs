@@ -1,0 +1,108 @@
+//! The `adk_session::Session` the service hands out: a snapshot of one
+//! session as the store returned it, with events already in adk form (the
+//! `Events` trait lends `&Event`, so they are converted once, up front).
+
+use std::collections::HashMap;
+
+use adk_core::AdkError;
+use adk_postgres_domain::{Session as StoreSession, SessionKey, SessionSummary};
+use adk_session::{Event, Events, Session, State};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::event::from_store_event;
+use crate::state::from_store_state;
+
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedSession {
+    app_name: String,
+    user_id: String,
+    id: String,
+    state: HashMap<String, Value>,
+    events: Vec<Event>,
+    last_update_time: DateTime<Utc>,
+}
+
+impl LoadedSession {
+    pub(crate) fn from_store(session: &StoreSession) -> Result<Self, AdkError> {
+        let events = session.events.iter().map(from_store_event).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(&session.key, from_store_state(&session.state), events, session.last_update_time))
+    }
+
+    /// A listed session: metadata and live state, never events.
+    pub(crate) fn from_summary(summary: &SessionSummary) -> Self {
+        Self::new(&summary.key, from_store_state(&summary.state), Vec::new(), summary.last_update_time)
+    }
+
+    fn new(key: &SessionKey, state: HashMap<String, Value>, events: Vec<Event>, at: DateTime<Utc>) -> Self {
+        Self {
+            app_name: key.app_name.to_string(),
+            user_id: key.user_id.to_string(),
+            id: key.session_id.to_string(),
+            state,
+            events,
+            last_update_time: at,
+        }
+    }
+}
+
+impl Session for LoadedSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn app_name(&self) -> &str {
+        &self.app_name
+    }
+
+    fn user_id(&self) -> &str {
+        &self.user_id
+    }
+
+    fn state(&self) -> &dyn State {
+        self
+    }
+
+    fn events(&self) -> &dyn Events {
+        self
+    }
+
+    fn last_update_time(&self) -> DateTime<Utc> {
+        self.last_update_time
+    }
+}
+
+impl State for LoadedSession {
+    fn get(&self, key: &str) -> Option<Value> {
+        self.state.get(key).cloned()
+    }
+
+    /// Changes this snapshot only; state is persisted through an event's
+    /// state delta. A key adk-core refuses is ignored with a warning, as
+    /// adk-session's own sessions do (the trait cannot return an error).
+    fn set(&mut self, key: String, value: Value) {
+        if let Err(reason) = adk_core::validate_state_key(&key) {
+            tracing::warn!(key = %key, "ignoring invalid state key: {reason}");
+            return;
+        }
+        self.state.insert(key, value);
+    }
+
+    fn all(&self) -> HashMap<String, Value> {
+        self.state.clone()
+    }
+}
+
+impl Events for LoadedSession {
+    fn all(&self) -> Vec<Event> {
+        self.events.clone()
+    }
+
+    fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    fn at(&self, index: usize) -> Option<&Event> {
+        self.events.get(index)
+    }
+}

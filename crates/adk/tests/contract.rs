@@ -1,0 +1,80 @@
+//! The SessionService contract suite (tests/suite/mod.rs) against:
+//! - our adapter on the PostgreSQL store (each test on its own migrated
+//!   database) and on the in-memory reference store: every case;
+//! - adk-session's own `InMemorySessionService`: the `core` cases, which
+//!   hold the suite itself to the trait's documented behaviour.
+//!
+//! The opt-in comparison with adk-session's `PostgresSessionService` is
+//! tests/compare_builtin.rs (feature `compare-builtin`).
+#![cfg(feature = "postgres")]
+
+#[macro_use]
+mod suite;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use adk_postgres_adk::PgSessionService;
+use adk_postgres_adk::domain::InMemoryStore;
+use adk_postgres_adk::storage::{PgSessionStore, PoolConfig};
+use adk_postgres_testing::test_database;
+use adk_session::InMemorySessionService;
+use suite::Service;
+
+/// Keeps a test's database alive until the test ends.
+type Guard = Box<dyn Any + Send>;
+
+async fn ours_on_postgres() -> (Guard, Service) {
+    let db = test_database().await;
+    let store = PgSessionStore::connect(db.url(), &PoolConfig::default(), Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {}: {e}", db.url()));
+    (Box::new(db), Arc::new(PgSessionService::from_store(store)))
+}
+
+async fn ours_in_memory() -> (Guard, Service) {
+    (Box::new(()), Arc::new(PgSessionService::from_store(InMemoryStore::new())))
+}
+
+async fn adk_in_memory() -> (Guard, Service) {
+    (Box::new(()), Arc::new(InMemorySessionService::new()))
+}
+
+macro_rules! all_cases {
+    ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $core() {
+                    let (_guard, service) = $factory().await;
+                    super::suite::$core(service).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $strict() {
+                    let (_guard, service) = $factory().await;
+                    super::suite::$strict(service).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! core_cases {
+    ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $core() {
+                    let (_guard, service) = $factory().await;
+                    super::suite::$core(service).await;
+                }
+            )*
+        }
+    };
+}
+
+with_cases!(all_cases! { ours_postgres, super::ours_on_postgres; });
+with_cases!(all_cases! { ours_memory, super::ours_in_memory; });
+with_cases!(core_cases! { adk_in_memory, super::adk_in_memory; });
