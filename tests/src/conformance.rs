@@ -95,6 +95,10 @@ macro_rules! conformance_tests {
             concurrent_appends_to_one_session_are_gapless,
             concurrent_shared_state_merges_lose_no_update,
             concurrent_increments_of_a_user_counter_reach_exactly_400,
+            // lookup and rewind
+            find_by_id_finds_live_sessions_across_users_and_apps,
+            rewind_keeps_the_first_events_and_rebuilds_session_state,
+            rewind_refuses_stale_versions_and_targets_past_the_end,
             concurrent_appends_with_one_expected_version_store_exactly_one,
             concurrent_retries_of_one_event_store_it_once,
             concurrent_creates_of_one_id_make_one_session,
@@ -1718,4 +1722,77 @@ pub async fn concurrent_creates_of_one_id_make_one_session<F: StoreFactory>(f: &
     }
     let listed = session_ids(&list_all(&*store, &app, &user).await);
     assert_eq!(listed.len(), 2, "{listed:?}");
+}
+
+pub async fn find_by_id_finds_live_sessions_across_users_and_apps<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("findbyid");
+    let unique = format!("unique-{}", uuid::Uuid::new_v4());
+    let shared = format!("shared-{}", uuid::Uuid::new_v4());
+    let one = create(&*store, &app, &user, &unique, json!({})).await;
+    create(&*store, &app, &user, &shared, json!({})).await;
+    create(&*store, &other_app(&app), &other_user(&user), &shared, json!({})).await;
+
+    let found = store.find_by_id(&one.key.session_id, 2).await.expect("find");
+    assert_eq!(found, vec![one.key.clone()]);
+    let ambiguous = store.find_by_id(&SessionId::new(shared.clone()).expect("id"), 2).await.expect("find");
+    assert_eq!(ambiguous.len(), 2, "{ambiguous:?}");
+    assert_eq!(store.find_by_id(&SessionId::new(shared).expect("id"), 1).await.expect("find").len(), 1);
+    let nowhere = SessionId::new(format!("nowhere-{}", uuid::Uuid::new_v4())).expect("id");
+    assert!(store.find_by_id(&nowhere, 2).await.expect("find").is_empty());
+
+    let expiring = format!("expiring-{}", uuid::Uuid::new_v4());
+    store
+        .create(CreateSession::new(app.clone(), user.clone()).with_id(&expiring).with_ttl(Duration::from_millis(1)))
+        .await
+        .expect("create");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(store.find_by_id(&SessionId::new(expiring).expect("id"), 2).await.expect("find").is_empty());
+}
+
+pub async fn rewind_keeps_the_first_events_and_rebuilds_session_state<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rewind");
+    let session = create(&*store, &app, &user, "s", json!({})).await;
+    let mut appended = Vec::new();
+    for i in 1..=5 {
+        let delta = json!({ "step": i, format!("only_{i}"): true, "user:seen": i, "temp:scratch": i });
+        appended.push(append(&*store, &session.key, ev(delta)).await.event);
+    }
+    let rewound = store.rewind(&session.key, 2, Some(5)).await.expect("rewind");
+    assert_eq!(rewound.version, 2);
+    assert_eq!(ids(&rewound.events), ids(&appended[..2]));
+    assert_eq!(rewound.state.get("step"), Some(&json!(2)));
+    assert_eq!(rewound.state.get("only_1"), Some(&json!(true)));
+    assert!(rewound.state.get("only_3").is_none(), "state of a forgotten event survived: {:?}", rewound.state);
+    assert_eq!(rewound.state.get("user:seen"), Some(&json!(5)), "user state is shared and stays");
+    assert!(rewound.state.keys().all(|k| !k.starts_with("temp:")));
+    assert_eq!(get(&*store, &session.key).await, rewound, "the rewind is what a later read sees");
+
+    let next = append(&*store, &session.key, ev(json!({}))).await;
+    assert_eq!(next.seq, Some(3), "sequence numbers continue from the kept events");
+    // A forgotten event id is free again.
+    let reused = append(&*store, &session.key, appended[3].clone()).await;
+    assert_eq!(reused.seq, Some(4));
+    assert!(!reused.replayed);
+
+    let emptied = store.rewind(&session.key, 0, None).await.expect("rewind to nothing");
+    assert!(emptied.events.is_empty());
+    assert_eq!(emptied.version, 0);
+    assert!(emptied.state.keys().all(|k| k.starts_with("user:")), "{:?}", emptied.state);
+}
+
+pub async fn rewind_refuses_stale_versions_and_targets_past_the_end<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rewindbad");
+    let session = create(&*store, &app, &user, "s", json!({})).await;
+    for i in 0..3 {
+        append(&*store, &session.key, ev(json!({ "i": i }))).await;
+    }
+    let before = get(&*store, &session.key).await;
+    let stale = store.rewind(&session.key, 1, Some(2)).await;
+    assert!(matches!(stale, Err(StoreError::StaleSession { expected: 2, actual: 3, .. })), "{stale:?}");
+    expect_invalid(store.rewind(&session.key, 4, None).await, |f| f == "keep", "rewind past the end");
+    expect_not_found(store.rewind(&key(&app, &user, "missing"), 0, None).await, &key(&app, &user, "missing"), "rewind");
+    assert_eq!(get(&*store, &session.key).await, before, "a refused rewind changed the session");
 }

@@ -30,13 +30,6 @@ const TYPED: [&str; 9] =
 const TYPED_ACTIONS: [&str; 5] =
     ["state_delta", "artifact_delta", "transfer_to_agent", "escalate", "skip_summarization"];
 
-/// WORKAROUND(store-rewind): the `app:`/`user:` part of a state delta of an
-/// event re-appended by [`crate::rewind`], kept here because re-applying it
-/// would move app and user state back in time. Reading merges it back into
-/// the delta, so the event reads as it was first appended. Written only
-/// until the store can truncate a session in place (see the crate's report).
-pub(crate) const REWIND_SHARED_DELTA: &str = "adk_postgres_rewound_shared_delta";
-
 /// The serde form of a blank adk event, without the typed fields: top level
 /// and actions.
 fn blank() -> &'static (Map<String, Value>, Map<String, Value>) {
@@ -116,16 +109,9 @@ pub fn from_store_event(event: &Event) -> Result<adk_core::Event, AdkError> {
     top.extend(event.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
 
     let mut actions = blank_actions.clone();
-    let mut state_delta = event.actions.state_delta.clone();
+    let state_delta = event.actions.state_delta.clone();
     for (k, v) in &event.actions.extra {
-        match (k.as_str(), v) {
-            (REWIND_SHARED_DELTA, Value::Object(shared)) => {
-                state_delta.extend(shared.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            _ => {
-                actions.insert(k.clone(), v.clone());
-            }
-        }
+        actions.insert(k.clone(), v.clone());
     }
     actions.insert("state_delta".into(), Value::Object(state_delta));
     actions.insert("artifact_delta".into(), Value::Object(event.actions.artifact_delta.clone()));
@@ -249,15 +235,5 @@ mod tests {
 
         foreign.content = Some(json!("not content"));
         assert_eq!(from_store_event(&foreign).unwrap_err().code, codes::CORRUPT_EVENT);
-    }
-
-    #[test]
-    fn rewound_shared_delta_reads_back_into_the_delta() {
-        let mut stored = to_store_event(&rich_event()).unwrap();
-        let shared = stored.actions.state_delta.remove("user:name").unwrap();
-        stored.actions.extra.insert(REWIND_SHARED_DELTA.into(), json!({ "user:name": shared }));
-        let back = from_store_event(&stored).unwrap();
-        assert_eq!(back.actions.state_delta["user:name"], "Ada");
-        assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(rich_event()).unwrap());
     }
 }

@@ -46,8 +46,6 @@
 
 mod error;
 mod event;
-mod index;
-mod rewind;
 mod scripted;
 mod service;
 mod session;

@@ -15,8 +15,6 @@ use async_trait::async_trait;
 
 use crate::error::{codes, invalid, not_found, to_adk_error};
 use crate::event::to_store_event;
-use crate::index::SessionIndex;
-use crate::rewind;
 use crate::session::LoadedSession;
 use crate::state::{to_store_state, validate_keys};
 
@@ -44,7 +42,6 @@ use crate::state::{to_store_state, validate_keys};
 #[derive(Clone)]
 pub struct PgSessionService {
     store: Arc<dyn SessionStore>,
-    index: Arc<SessionIndex>,
 }
 
 impl std::fmt::Debug for PgSessionService {
@@ -56,7 +53,7 @@ impl std::fmt::Debug for PgSessionService {
 impl PgSessionService {
     /// A service on `store`.
     pub fn new(store: Arc<dyn SessionStore>) -> Self {
-        Self { store, index: Arc::default() }
+        Self { store }
     }
 
     /// A service on an owned store.
@@ -102,27 +99,19 @@ impl PgSessionService {
         &self.store
     }
 
-    /// The full key for a bare session id. WORKAROUND(find_by_id): resolved
-    /// through the process-local index until the store can look ids up
-    /// (see `index.rs`).
-    fn resolve(&self, session_id: &str) -> Result<SessionKey> {
-        SessionId::new(session_id).map_err(to_adk_error)?;
-        let mut keys = self.index.lookup(session_id);
+    /// The full key for a bare session id: the store looks the id up across
+    /// apps and users; an id two sessions share is refused, never guessed.
+    async fn resolve(&self, session_id: &str) -> Result<SessionKey> {
+        let id = SessionId::new(session_id).map_err(to_adk_error)?;
+        let mut keys = self.store.find_by_id(&id, 2).await.map_err(to_adk_error)?;
         match keys.len() {
-            0 => Err(not_found(
-                codes::NOT_FOUND,
-                format!(
-                    "session '{session_id}' was not found: a bare session id resolves only to sessions this \
-                     service has created, loaded or listed; address it by app, user and id \
-                     (append_event_for_identity) instead"
-                ),
-            )),
+            0 => Err(not_found(codes::NOT_FOUND, format!("session '{session_id}' was not found"))),
             1 => Ok(keys.remove(0)),
-            n => Err(invalid(
+            _ => Err(invalid(
                 codes::AMBIGUOUS_ID,
                 format!(
-                    "session id '{session_id}' names {n} sessions (of different users or apps); address it by \
-                     app, user and id (append_event_for_identity) instead"
+                    "session id '{session_id}' names several sessions (of different users or apps); address it \
+                     by app, user and id (append_event_for_identity) instead"
                 ),
             )),
         }
@@ -132,7 +121,6 @@ impl PgSessionService {
         validate_keys("event.actions.state_delta", event.actions.state_delta.keys())?;
         let event = to_store_event(&event)?;
         self.store.append(key, event, AppendOptions::default()).await.map_err(to_adk_error)?;
-        self.index.remember(key);
         Ok(())
     }
 
@@ -141,7 +129,6 @@ impl PgSessionService {
     }
 
     fn loaded(&self, session: &adk_postgres_domain::Session) -> Result<Box<dyn Session>> {
-        self.index.remember(&session.key);
         Ok(Box::new(LoadedSession::from_store(session)?))
     }
 }
@@ -188,7 +175,6 @@ impl SessionService for PgSessionService {
                     skip -= 1;
                 } else if wanted > 0 {
                     wanted -= 1;
-                    self.index.remember(&summary.key);
                     sessions.push(Box::new(LoadedSession::from_summary(summary)));
                 }
             }
@@ -203,16 +189,14 @@ impl SessionService for PgSessionService {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
         let key = key_of(&req.app_name, &req.user_id, &req.session_id)?;
         self.store.delete(&key).await.map_err(to_adk_error)?;
-        self.index.forget(&key);
         Ok(())
     }
 
-    /// WORKAROUND(find_by_id): the bare id resolves through the
-    /// process-local index (see `index.rs`); an id several sessions share is
-    /// `session.ambiguous_id`, never a guess. Prefer
-    /// `append_event_for_identity`, which the runner uses.
+    /// The bare id is looked up in the store (one indexed read); an id
+    /// several sessions share is `session.ambiguous_id`, never a guess.
+    /// `append_event_for_identity`, which the runner uses, needs no lookup.
     async fn append_event(&self, session_id: &str, event: Event) -> Result<()> {
-        let key = self.resolve(session_id)?;
+        let key = self.resolve(session_id).await?;
         self.append_to(&key, event).await
     }
 
@@ -248,15 +232,14 @@ impl SessionService for PgSessionService {
                 self.store.delete(&summary.key).await.map_err(to_adk_error)?;
             }
         }
-        self.index.forget_user(&app_name, &user_id);
         Ok(())
     }
 
     /// Keeps the events up to and including `target_event_id`, rebuilds the
     /// session state from their deltas; app and user state are not rewound.
-    /// WORKAROUND(store-rewind): a rewrite, not atomic (see `rewind.rs`).
+    /// Atomic: one store call truncates the log and rebuilds the state.
     async fn rewind(&self, session_id: &str, target_event_id: &str) -> Result<Box<dyn Session>> {
-        let key = self.resolve(session_id)?;
+        let key = self.resolve(session_id).await?;
         let current = self.load_all(&key).await?;
         let Some(position) = current.events.iter().position(|e| e.id == target_event_id) else {
             return Err(not_found(
@@ -264,14 +247,15 @@ impl SessionService for PgSessionService {
                 format!("session '{session_id}' has no event '{target_event_id}'"),
             ));
         };
-        let session = rewind::rewind(self.store.as_ref(), current, position + 1).await?;
+        let session =
+            self.store.rewind(&key, position as u64 + 1, Some(current.version)).await.map_err(to_adk_error)?;
         self.loaded(&session)
     }
 
     /// Drops the last `steps` events (0 changes nothing; more than the
     /// session holds is `session.rewind_out_of_range`).
     async fn rewind_steps(&self, session_id: &str, steps: usize) -> Result<Box<dyn Session>> {
-        let key = self.resolve(session_id)?;
+        let key = self.resolve(session_id).await?;
         let current = self.load_all(&key).await?;
         if steps == 0 {
             return self.loaded(&current);
@@ -283,7 +267,8 @@ impl SessionService for PgSessionService {
                 format!("cannot rewind {steps} steps: session '{session_id}' holds {held} events"),
             ));
         }
-        let session = rewind::rewind(self.store.as_ref(), current, held - steps).await?;
+        let session =
+            self.store.rewind(&key, (held - steps) as u64, Some(current.version)).await.map_err(to_adk_error)?;
         self.loaded(&session)
     }
 

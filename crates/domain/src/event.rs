@@ -124,7 +124,8 @@ impl Event {
     /// delta split by scope together with the event's JSON payload.
     pub fn prepare(&self) -> Result<PreparedEvent, StoreError> {
         check_label("event.id", &self.id, MAX_ID_CHARS, false)?;
-        check_label("event.author", &self.author, MAX_LABEL_CHARS, false)?;
+        // adk-core's own events may carry no author; the runner accepts them.
+        check_label("event.author", &self.author, MAX_LABEL_CHARS, true)?;
         check_label("event.invocation_id", &self.invocation_id, MAX_LABEL_CHARS, true)?;
         if let Some(branch) = &self.branch {
             check_label("event.branch", branch, MAX_LABEL_CHARS * 4, true)?;

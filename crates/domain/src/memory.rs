@@ -321,4 +321,41 @@ impl SessionStore for InMemoryStore {
         );
         Self::load(&tables, &successor, GetOptions::default())
     }
+
+    async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        let now = Utc::now();
+        Ok(self
+            .tables()
+            .sessions
+            .iter()
+            .filter(|(k, s)| &k.session_id == session_id && s.is_live(now))
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect())
+    }
+
+    async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError> {
+        let now = now_micros();
+        let mut tables = self.tables();
+        let stored =
+            tables.sessions.get_mut(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        if let Some(expected) = expected_version
+            && expected != stored.last_seq
+        {
+            return Err(StoreError::StaleSession { key: key.clone(), expected, actual: stored.last_seq });
+        }
+        if keep > stored.last_seq {
+            return Err(StoreError::invalid("keep", format!("the session has only {} events", stored.last_seq)));
+        }
+        stored.events.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+        let mut state = State::new();
+        for event in &stored.events {
+            let scoped = ScopedState::split("event.actions.state_delta", &event.actions.state_delta)?;
+            apply_delta(&mut state, &scoped.session);
+        }
+        stored.state = state;
+        stored.last_seq = keep;
+        stored.updated_at = stored.updated_at.max(now);
+        Self::load(&tables, key, GetOptions::default())
+    }
 }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::error::StoreError;
 use crate::event::Event;
-use crate::ids::SessionKey;
+use crate::ids::{SessionId, SessionKey};
 use crate::session::{AppendOptions, Appended, CreateSession, GetOptions, ListSessions, Session, SessionPage};
 
 /// A durable home for ADK sessions, their events and their scoped state.
@@ -43,4 +43,16 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         successor_id: Option<String>,
         summary: Event,
     ) -> Result<Session, StoreError>;
+
+    /// The live sessions with this id across all apps and users, at most
+    /// `limit` of them (two are enough to tell an ambiguous id). For callers
+    /// that know only a session id, as adk's `append_event` does.
+    async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError>;
+
+    /// Keeps the first `keep` events of a session and forgets the rest,
+    /// atomically: the session-scoped state is rebuilt from the kept events'
+    /// deltas and the version becomes `keep`. App and user state, shared
+    /// with other sessions, stay as they are. `keep` past the last event is
+    /// `InvalidInput`; a differing `expected_version` is `StaleSession`.
+    async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError>;
 }

@@ -19,7 +19,7 @@ use adk_postgres_domain::{
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::data_types::PgInterval;
-use diesel::sql_types::{BigInt, Date, Interval, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Date, Integer, Interval, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
@@ -168,6 +168,26 @@ struct RolloverRow {
     expires_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<Text>)]
     successor_id: Option<String>,
+}
+
+const FIND_SQL: &str = "SELECT app_name, user_id FROM adk_find_sessions($1, $2, $3)";
+
+const REWIND_SQL: &str = "SELECT outcome, seq FROM adk_rewind_session($1, $2, $3, $4, $5, $6)";
+
+#[derive(QueryableByName)]
+struct FoundRow {
+    #[diesel(sql_type = Text)]
+    app_name: String,
+    #[diesel(sql_type = Text)]
+    user_id: String,
+}
+
+#[derive(QueryableByName)]
+struct RewindRow {
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    seq: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -596,6 +616,64 @@ impl SessionStore for PgSessionStore {
             other => Err(StoreError::Database {
                 message: format!("adk_rollover_session returned unknown outcome {other:?}"),
             }),
+        }
+    }
+
+    async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        // Per request the app is not known yet: no tenant is set, so under
+        // row-level security a non-owner finds nothing (see TenantScope).
+        let tenant = match &self.tenant {
+            TenantScope::Fixed(app) => Some(app.as_str()),
+            TenantScope::Off | TenantScope::PerRequest => None,
+        };
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows = with_retries!(self, |conn| diesel::sql_query(FIND_SQL)
+            .bind::<Nullable<Text>, _>(tenant)
+            .bind::<Text, _>(session_id.as_str())
+            .bind::<Integer, _>(limit)
+            .load::<FoundRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state")))?;
+        rows.into_iter()
+            .map(|row| {
+                let corrupt = |e: StoreError| StoreError::Database { message: format!("stored key is corrupt: {e}") };
+                Ok(SessionKey::new(
+                    AppName::new(row.app_name).map_err(corrupt)?,
+                    adk_postgres_domain::UserId::new(row.user_id).map_err(corrupt)?,
+                    session_id.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError> {
+        let keep_seq = i64::try_from(keep).map_err(|_| StoreError::invalid("keep", "out of range"))?;
+        let expected = expected_version
+            .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
+            .transpose()?;
+        let row = with_retries!(self, |conn| diesel::sql_query(REWIND_SQL)
+            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
+            .bind::<Text, _>(key.app_name.as_str())
+            .bind::<Text, _>(key.user_id.as_str())
+            .bind::<Text, _>(key.session_id.as_str())
+            .bind::<BigInt, _>(keep_seq)
+            .bind::<Nullable<BigInt>, _>(expected)
+            .get_result::<RewindRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state")))?;
+        let current = row.seq.map(version).unwrap_or_default();
+        match row.outcome.as_str() {
+            "rewound" => self.get(key, GetOptions::default()).await,
+            "not_found" => Err(StoreError::NotFound(key.clone())),
+            "stale" => Err(StoreError::StaleSession {
+                key: key.clone(),
+                expected: expected_version.unwrap_or_default(),
+                actual: current,
+            }),
+            "beyond" => Err(StoreError::invalid("keep", format!("the session has only {current} events"))),
+            other => {
+                Err(StoreError::Database { message: format!("adk_rewind_session returned unknown outcome {other:?}") })
+            }
         }
     }
 }
