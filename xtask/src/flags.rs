@@ -5,6 +5,8 @@ use anyhow::bail;
 pub const USAGE: &str = "\
 cargo xtask <command>
 
+  demo [ARGS]    50 simulated users talk to a real adk-runner agent on the store, on
+                 $DATABASE_URL or a throwaway cluster; ARGS: --users N, --turns N
   db up          start the developer cluster in target/adk-pg-dev/ (made on first use)
   db down        stop it (its data stays; delete the folder to start over)
   db url         print the URL of its `adk` database
@@ -13,15 +15,20 @@ cargo xtask <command>
   schema         regenerate crates/storage/src/schema.rs from a freshly migrated database
   test [ARGS]    run the workspace tests on a throwaway cluster; ARGS go to
                  `cargo nextest run` (or `cargo test` without nextest), e.g. `-- -p adk-postgres-testing`
+  bench [ARGS]   benchmarks against the raw-SQL floor (pgbench) and adk-session's
+                 PostgresSessionService on a throwaway durable cluster (or $DATABASE_URL);
+                 `--quick` for a smoke run; table on stdout, JSON in target/bench/
   ci             what CI runs: fmt, clippy, the testcontainers build, then test
 ";
 
 #[derive(Debug)]
 pub enum Command {
     Db(Db),
+    Demo { args: Vec<String> },
     Migrate,
     Schema,
     Test { args: Vec<String> },
+    Bench { args: Vec<String> },
     Ci,
     Help,
 }
@@ -48,8 +55,10 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
         None | Some("help" | "-h" | "--help") => Ok(Command::Help),
         Some("migrate") => no_more(Command::Migrate),
         Some("ci") => no_more(Command::Ci),
+        Some("demo") => Ok(Command::Demo { args: strip_separator(rest.clone()) }),
         Some("schema") => no_more(Command::Schema),
         Some("test") => Ok(Command::Test { args: strip_separator(rest.clone()) }),
+        Some("bench") => Ok(Command::Bench { args: strip_separator(rest.clone()) }),
         Some("db") => {
             let (action, rest) = rest.split_first().map_or((None, &[][..]), |(a, r)| (Some(a.as_str()), r));
             let only = |db: Db| match rest.first() {
@@ -96,12 +105,15 @@ mod tests {
     fn commands_and_mistakes() {
         assert!(matches!(parse_str("").unwrap(), Command::Help));
         assert!(matches!(parse_str("db up").unwrap(), Command::Db(Db::Up)));
+        assert!(matches!(parse_str("demo --users 5").unwrap(), Command::Demo { args } if args == ["--users", "5"]));
         assert!(
             matches!(parse_str("db psql -c select").unwrap(), Command::Db(Db::Psql { args }) if args == ["-c", "select"])
         );
         assert!(parse_str("db").is_err());
         assert!(parse_str("db up now").is_err());
         assert!(parse_str("ci --fast").is_err());
-        assert!(parse_str("bench").is_err());
+        assert!(matches!(parse_str("bench --quick").unwrap(), Command::Bench { args } if args == ["--quick"]));
+        assert!(matches!(parse_str("bench").unwrap(), Command::Bench { args } if args.is_empty()));
+        assert!(parse_str("benchmark").is_err());
     }
 }

@@ -1,7 +1,9 @@
 //! `cargo xtask …`: the project's development commands (see `flags::USAGE`).
 
+mod bench;
 mod ci;
 mod db;
+mod demo;
 mod flags;
 mod migrate;
 mod project;
@@ -15,9 +17,11 @@ use flags::Command;
 fn main() -> ExitCode {
     let result = flags::parse(std::env::args().skip(1)).and_then(|command| match command {
         Command::Db(action) => db::run(action),
+        Command::Demo { args } => demo::run(&args),
         Command::Migrate => migrate::run(),
         Command::Schema => schema::run(),
         Command::Test { args } => test::run(&args),
+        Command::Bench { args } => bench::run(&args),
         Command::Ci => ci::run(),
         Command::Help => {
             print!("{}", flags::USAGE);

@@ -5,10 +5,10 @@
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert on.
 
 mod args;
-mod render;
 
 use std::process::ExitCode;
 
+use adk_pg::render;
 use adk_postgres_retention::{
     ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
     conversion_plan, convert_events, create_partitioned_index, expire_sessions, health, run_maintenance,

@@ -1,4 +1,4 @@
-//! Human-readable output.
+//! Human-readable output: what `adk-pg status` and `adk-pg maintain` print.
 
 use adk_postgres_retention::{HealthReport, MaintenanceReport};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -7,6 +7,7 @@ fn bytes(value: Option<i64>) -> String {
     value.map(|v| format!("{v} B")).unwrap_or_else(|| "-".into())
 }
 
+/// The `adk-pg status` table: one row per check.
 pub fn health_table(report: &HealthReport) -> String {
     let mut table = Table::new();
     table.load_style(UTF8_FULL_CONDENSED).set_header(["check", "value"]);
@@ -64,6 +65,7 @@ pub fn health_table(report: &HealthReport) -> String {
     table.to_string()
 }
 
+/// What `adk-pg maintain` prints after a run.
 pub fn maintenance_summary(report: &MaintenanceReport) -> String {
     if report.skipped {
         return "another maintenance run held the lock for too long; skipped".into();

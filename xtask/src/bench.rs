@@ -1,0 +1,22 @@
+//! `bench`: the benchmarks (crates/bench), built in release mode.
+//!
+//! Without `DATABASE_URL` the benchmark starts a throwaway cluster of its own
+//! with durable settings; the table goes to stdout and the JSON report to
+//! target/bench/.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::project::{cargo, exit_code, root};
+
+pub fn run(args: &[String]) -> anyhow::Result<ExitCode> {
+    let status = cargo()
+        .args(["run", "--release", "--quiet", "--package", "adk-postgres-bench", "--"])
+        .arg("--out-dir")
+        .arg(root().join("target/bench"))
+        .args(args)
+        .status()
+        .context("running the benchmarks")?;
+    Ok(exit_code(status))
+}
