@@ -295,3 +295,39 @@ async fn injection_attempts_are_stored_and_read_back_literally() {
         .expect("the tables are intact");
     assert_eq!(stored, (app.to_owned(), user.to_owned(), id.to_owned()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statements_stay_prepared_so_an_append_is_one_round_trip() {
+    use adk_postgres_domain::StoreConfig;
+    use adk_postgres_storage::{PgSessionStore, PoolConfig};
+    use diesel::sql_types::{BigInt, Text};
+    use diesel_async::RunQueryDsl;
+
+    #[derive(diesel::QueryableByName, Debug, PartialEq)]
+    struct Prepared {
+        #[diesel(sql_type = Text)]
+        name: String,
+        #[diesel(sql_type = BigInt)]
+        calls: i64,
+    }
+    let db = test_database().await;
+    let store =
+        PgSessionStore::connect(db.url(), &PoolConfig { max_size: 1, ..Default::default() }, StoreConfig::default())
+            .await
+            .expect("connect");
+    let key = new_session(&store, "app", "user").await;
+    for _ in 0..5 {
+        store.append(&key, Event::new("agent"), AppendOptions::default()).await.expect("append");
+    }
+    // An uncached statement is parsed and planned on every call (a second
+    // round trip) and closed afterwards; a cached one stays in the session.
+    let mut conn = store.pool().get().await.expect("the store's one connection");
+    let prepared = diesel::sql_query(
+        "SELECT name::text AS name, count(*) OVER ()::bigint AS calls FROM pg_prepared_statements
+         WHERE statement LIKE '%adk_append_event%' AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .load::<Prepared>(&mut conn)
+    .await
+    .expect("prepared statements");
+    assert_eq!(prepared.len(), 1, "the append statement is not kept prepared: {prepared:?}");
+}

@@ -14,6 +14,7 @@ pub use migrations::{MigrationError, run_pending_migrations};
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;
 
+mod call;
 mod error;
 
 pub use store::{PgSessionStore, TenantScope};

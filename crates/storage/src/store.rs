@@ -19,11 +19,12 @@ use adk_postgres_domain::{
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::data_types::PgInterval;
-use diesel::sql_types::{BigInt, Date, Integer, Interval, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Date, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
+use crate::call::{Arg, Call};
 use crate::error::{from_diesel, from_pool};
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
@@ -130,29 +131,32 @@ impl std::fmt::Debug for PgSessionStore {
 
 const CREATE_SQL: &str = "\
 SELECT created_at, updated_at, expires_at, user_state, app_state
-FROM adk_create_session($1, $2, $3, $4, $5, $6, $7, $8)";
+FROM adk_create_session";
 
 const SESSION_SQL: &str = "\
 SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, successor_id, user_state, app_state
-FROM adk_load_session($1, $2, $3, $4)";
+FROM adk_load_session";
+
+// Each statement below is the head of a function call; `Call` appends the
+// bound argument list. The functions are in migrations/*_store_functions.
 
 /// The event read of `get`; the function binds `session_day`, so one
 /// partition is read.
-const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events($1, $2, $3, $4, $5, $6, $7, $8)";
+const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events";
 
 const LIST_SQL: &str = "\
 SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state
-FROM adk_list_sessions($1, $2, $3, $4, $5, $6)";
+FROM adk_list_sessions";
 
-const DELETE_SQL: &str = "SELECT adk_delete_session($1, $2, $3, $4) AS deleted";
+const DELETE_SQL: &str = "SELECT * FROM adk_delete_session";
 
 const APPEND_SQL: &str = "\
 SELECT outcome, seq, session_day, updated_at, payload, successor_id
-FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+FROM adk_append_event";
 
 const ROLLOVER_SQL: &str = "\
 SELECT outcome, state, created_at, updated_at, expires_at, successor_id
-FROM adk_rollover_session($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+FROM adk_rollover_session";
 
 #[derive(QueryableByName)]
 struct RolloverRow {
@@ -170,9 +174,9 @@ struct RolloverRow {
     successor_id: Option<String>,
 }
 
-const FIND_SQL: &str = "SELECT app_name, user_id FROM adk_find_sessions($1, $2, $3)";
+const FIND_SQL: &str = "SELECT app_name, user_id FROM adk_find_sessions";
 
-const REWIND_SQL: &str = "SELECT outcome, seq FROM adk_rewind_session($1, $2, $3, $4, $5, $6)";
+const REWIND_SQL: &str = "SELECT outcome, seq FROM adk_rewind_session";
 
 #[derive(QueryableByName)]
 struct FoundRow {
@@ -334,11 +338,11 @@ impl PgSessionStore {
     }
 
     async fn load_session(&self, key: &SessionKey) -> Result<Option<SessionRow>, StoreError> {
-        with_retries!(self, |conn| diesel::sql_query(SESSION_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
+        with_retries!(self, |conn| Call::new(SESSION_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
             .get_result::<SessionRow>(&mut conn)
             .await
             .optional()
@@ -358,15 +362,15 @@ impl SessionStore for PgSessionStore {
         let user_json = to_json(scoped.user);
         let app_json = to_json(scoped.app);
 
-        let created = with_retries!(self, |conn| diesel::sql_query(CREATE_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
-            .bind::<Jsonb, _>(&session_json)
-            .bind::<Nullable<Interval>, _>(ttl)
-            .bind::<Jsonb, _>(&user_json)
-            .bind::<Jsonb, _>(&app_json)
+        let created = with_retries!(self, |conn| Call::new(CREATE_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
+            .arg(Arg::Json(&session_json))
+            .arg(Arg::OptInterval(ttl))
+            .arg(Arg::Json(&user_json))
+            .arg(Arg::Json(&app_json))
             .get_result::<CreatedRow>(&mut conn)
             .await
             .optional()
@@ -404,15 +408,15 @@ impl SessionStore for PgSessionStore {
                 timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX })
             });
             let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-            let rows = with_retries!(self, |conn| diesel::sql_query(EVENTS_SQL)
-                .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-                .bind::<Text, _>(key.app_name.as_str())
-                .bind::<Text, _>(key.user_id.as_str())
-                .bind::<Text, _>(key.session_id.as_str())
-                .bind::<Date, _>(row.session_day)
-                .bind::<BigInt, _>(row.last_seq)
-                .bind::<Nullable<BigInt>, _>(after)
-                .bind::<Nullable<BigInt>, _>(limit)
+            let rows = with_retries!(self, |conn| Call::new(EVENTS_SQL)
+                .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+                .arg(Arg::Text(key.app_name.as_str()))
+                .arg(Arg::Text(key.user_id.as_str()))
+                .arg(Arg::Text(key.session_id.as_str()))
+                .arg(Arg::Date(row.session_day))
+                .arg(Arg::BigInt(row.last_seq))
+                .arg(Arg::OptBigInt(after))
+                .arg(Arg::OptBigInt(limit))
                 .load::<PayloadRow>(&mut conn)
                 .await
                 .map_err(|e| from_diesel(e, "state")))?;
@@ -451,14 +455,14 @@ impl SessionStore for PgSessionStore {
             None => (None, None),
         };
         let page_size = request.effective_page_size();
-        let rows = with_retries!(self, |conn| diesel::sql_query(LIST_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&request.app_name))
-            .bind::<Text, _>(request.app_name.as_str())
-            .bind::<Text, _>(request.user_id.as_str())
-            .bind::<Nullable<Timestamptz>, _>(after_time)
-            .bind::<Nullable<Text>, _>(after_id)
+        let rows = with_retries!(self, |conn| Call::new(LIST_SQL)
+            .arg(Arg::OptText(self.tenant_for(&request.app_name)))
+            .arg(Arg::Text(request.app_name.as_str()))
+            .arg(Arg::Text(request.user_id.as_str()))
+            .arg(Arg::OptTimestamptz(after_time))
+            .arg(Arg::OptText(after_id))
             // One more than a page tells whether another page follows.
-            .bind::<BigInt, _>(page_size as i64 + 1)
+            .arg(Arg::BigInt(page_size as i64 + 1))
             .load::<SummaryRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
@@ -488,11 +492,11 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
-        with_retries!(self, |conn| diesel::sql_query(DELETE_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
+        with_retries!(self, |conn| Call::new(DELETE_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
             .execute(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
@@ -514,21 +518,21 @@ impl SessionStore for PgSessionStore {
         let user_delta = to_json(prepared.delta.user);
         let app_delta = to_json(prepared.delta.app);
 
-        let row = with_retries!(self, |conn| diesel::sql_query(APPEND_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
-            .bind::<Text, _>(event.id.as_str())
-            .bind::<Nullable<Text>, _>(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()))
-            .bind::<Text, _>(event.author.as_str())
-            .bind::<BigInt, _>(prepared.event_ts)
-            .bind::<Jsonb, _>(&prepared.payload)
-            .bind::<Jsonb, _>(&session_delta)
-            .bind::<Jsonb, _>(&user_delta)
-            .bind::<Jsonb, _>(&app_delta)
-            .bind::<Nullable<BigInt>, _>(expected)
-            .bind::<Nullable<Interval>, _>(max_lifetime)
+        let row = with_retries!(self, |conn| Call::new(APPEND_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
+            .arg(Arg::Text(event.id.as_str()))
+            .arg(Arg::OptText(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty())))
+            .arg(Arg::Text(event.author.as_str()))
+            .arg(Arg::BigInt(prepared.event_ts))
+            .arg(Arg::Json(&prepared.payload))
+            .arg(Arg::Json(&session_delta))
+            .arg(Arg::Json(&user_delta))
+            .arg(Arg::Json(&app_delta))
+            .arg(Arg::OptBigInt(expected))
+            .arg(Arg::OptInterval(max_lifetime))
             .get_result::<AppendRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, DELTA_FIELD)))?;
@@ -572,18 +576,18 @@ impl SessionStore for PgSessionStore {
         let (summary, prepared) = summary.prepare_summary()?;
         let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
-        let row = with_retries!(self, |conn| diesel::sql_query(ROLLOVER_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
-            .bind::<Text, _>(successor.session_id.as_str())
-            .bind::<Text, _>(summary.id.as_str())
-            .bind::<Nullable<Text>, _>(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty()))
-            .bind::<Text, _>(summary.author.as_str())
-            .bind::<BigInt, _>(prepared.event_ts)
-            .bind::<Jsonb, _>(&prepared.payload)
-            .bind::<Nullable<Interval>, _>(ttl)
+        let row = with_retries!(self, |conn| Call::new(ROLLOVER_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
+            .arg(Arg::Text(successor.session_id.as_str()))
+            .arg(Arg::Text(summary.id.as_str()))
+            .arg(Arg::OptText(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty())))
+            .arg(Arg::Text(summary.author.as_str()))
+            .arg(Arg::BigInt(prepared.event_ts))
+            .arg(Arg::Json(&prepared.payload))
+            .arg(Arg::OptInterval(ttl))
             .get_result::<RolloverRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
@@ -627,10 +631,10 @@ impl SessionStore for PgSessionStore {
             TenantScope::Off | TenantScope::PerRequest => None,
         };
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-        let rows = with_retries!(self, |conn| diesel::sql_query(FIND_SQL)
-            .bind::<Nullable<Text>, _>(tenant)
-            .bind::<Text, _>(session_id.as_str())
-            .bind::<Integer, _>(limit)
+        let rows = with_retries!(self, |conn| Call::new(FIND_SQL)
+            .arg(Arg::OptText(tenant))
+            .arg(Arg::Text(session_id.as_str()))
+            .arg(Arg::Int(limit))
             .load::<FoundRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
@@ -651,13 +655,13 @@ impl SessionStore for PgSessionStore {
         let expected = expected_version
             .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
             .transpose()?;
-        let row = with_retries!(self, |conn| diesel::sql_query(REWIND_SQL)
-            .bind::<Nullable<Text>, _>(self.tenant_for(&key.app_name))
-            .bind::<Text, _>(key.app_name.as_str())
-            .bind::<Text, _>(key.user_id.as_str())
-            .bind::<Text, _>(key.session_id.as_str())
-            .bind::<BigInt, _>(keep_seq)
-            .bind::<Nullable<BigInt>, _>(expected)
+        let row = with_retries!(self, |conn| Call::new(REWIND_SQL)
+            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+            .arg(Arg::Text(key.app_name.as_str()))
+            .arg(Arg::Text(key.user_id.as_str()))
+            .arg(Arg::Text(key.session_id.as_str()))
+            .arg(Arg::BigInt(keep_seq))
+            .arg(Arg::OptBigInt(expected))
             .get_result::<RewindRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
