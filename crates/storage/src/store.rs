@@ -19,6 +19,8 @@ use adk_postgres_domain::{
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::data_types::PgInterval;
+use diesel::deserialize::FromSql;
+use diesel::pg::{Pg, PgValue};
 use diesel::sql_types::{BigInt, Date, Jsonb, Nullable, Text, Timestamptz};
 use diesel::{OptionalExtension, QueryableByName};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
@@ -235,7 +237,24 @@ struct SessionRow {
 #[derive(QueryableByName)]
 struct PayloadRow {
     #[diesel(sql_type = Jsonb)]
-    payload: Value,
+    payload: StoredEvent,
+}
+
+/// An event read straight from jsonb's bytes, without a `serde_json::Value`
+/// in between: a get of a thousand events parses each payload once.
+#[derive(Debug)]
+struct StoredEvent(Event);
+
+impl FromSql<Jsonb, Pg> for StoredEvent {
+    fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        // Binary jsonb is a version byte (1) followed by the JSON text.
+        match value.as_bytes().split_first() {
+            Some((1, text)) => serde_json::from_slice(text)
+                .map(Self)
+                .map_err(|e| format!("stored event is corrupt: {e}").into()),
+            _ => Err("unsupported jsonb version".into()),
+        }
+    }
 }
 
 #[derive(QueryableByName)]
@@ -420,7 +439,7 @@ impl SessionStore for PgSessionStore {
                 .load::<PayloadRow>(&mut conn)
                 .await
                 .map_err(|e| from_diesel(e, "state")))?;
-            rows.into_iter().map(|r| stored_event(r.payload)).collect::<Result<Vec<_>, _>>()?
+            rows.into_iter().map(|r| r.payload.0).collect()
         };
         let session_state = stored_state("session state", Some(row.state))?;
         let user = stored_state("user state", row.user_state)?;
