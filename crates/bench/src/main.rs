@@ -1,0 +1,72 @@
+//! `adk-postgres-bench`: the store measured against the raw-SQL floor
+//! (pgbench running our own SQL) and against adk-session's built-in
+//! `PostgresSessionService`, in one run on one cluster. Run it with
+//! `cargo xtask bench` (add `--quick` for the smoke test).
+//!
+//! Every implementation gets a database of its own on the same server, and
+//! every workload runs on all of them round by round, so the ratios compare
+//! like with like even where absolute timings are noisy.
+
+mod driver;
+mod floor;
+mod measure;
+mod ops;
+mod pgstat;
+mod proxy;
+mod report;
+mod retention;
+mod run;
+mod server;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Benchmarks adk-postgres against the raw-SQL floor and adk-session.
+#[derive(Debug, Parser)]
+#[command(name = "adk-postgres-bench", version)]
+struct Args {
+    /// A reduced run (well under a minute): a smoke test, its figures only indicative.
+    #[arg(long)]
+    quick: bool,
+    /// A maintenance database on the server to use (the bench creates and
+    /// drops its own databases there); without it the bench starts a
+    /// throwaway cluster with durable settings.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Where the JSON report and pgbench's scripts and logs go.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("bench: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let out_dir = args.out_dir.unwrap_or_else(run::default_out_dir);
+    let options = run::Options {
+        plan: if args.quick { workload::Plan::quick() } else { workload::Plan::full() },
+        database_url: args.database_url.filter(|url| !url.trim().is_empty()),
+        out_dir: out_dir.clone(),
+    };
+    let result = runtime.block_on(async {
+        let report = run::run(options).await?;
+        run::write_outputs(&report, &out_dir)
+    });
+    // The throwaway cluster is stopped when the runtime's tasks are gone.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! One benchmark run: set up the databases, run every workload on every
+//! implementation (interleaved round by round, so drift and checkpoints
+//! hit all of them alike), count statements and round trips, report.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
+use anyhow::{Context as _, anyhow};
+use chrono::{NaiveDate, Utc};
+use tokio_postgres::Client;
+use url::Url;
+
+use crate::driver::{Driver, Peer};
+use crate::floor::{self, BoundEvent, Pgbench, SessionCoordinates, Spread};
+use crate::measure::Sample;
+use crate::ops::{self, Op};
+use crate::pgstat::{HotRatio, StatementCount, StatementCounter, hot_ratio};
+use crate::proxy::Proxy;
+use crate::report::{self, Measured, Report, RoundTripKind, RoundTrips};
+use crate::retention;
+use crate::server::{Server, connect};
+use crate::workload::{
+    self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
+};
+
+/// Session ids of the floor's append workloads: numbers (user = session),
+/// sequential from here, concurrent from `CONCURRENT_BASE`.
+const SEQUENTIAL_BASE: usize = 100_000;
+const CONCURRENT_BASE: usize = 200_000;
+const RETENTION_DATABASE: &str = "adk_bench_retention";
+/// Untimed operations of each kind before the round-trip pass counts.
+const WARM_UP: usize = 3;
+
+pub struct Options {
+    pub plan: Plan,
+    pub database_url: Option<String>,
+    pub out_dir: PathBuf,
+}
+
+struct Bench {
+    plan: Plan,
+    server: Server,
+    urls: BTreeMap<Peer, String>,
+    drivers: BTreeMap<Peer, Driver>,
+    pgbench: Option<Pgbench>,
+    counter: Option<StatementCounter>,
+    samples: BTreeMap<(Op, Peer), Sample>,
+    statements: BTreeMap<(Op, Peer), StatementCount>,
+    notes: Vec<String>,
+}
+
+fn log(message: impl AsRef<str>) {
+    eprintln!("bench: {}", message.as_ref());
+}
+
+pub async fn run(options: Options) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let load_at_start = report::load_average();
+    let plan = options.plan;
+    let server = match &options.database_url {
+        Some(url) => Server::existing(url).await?,
+        None => {
+            log("starting a throwaway cluster with durable settings");
+            Server::throwaway().await?
+        }
+    };
+    let info = server.info();
+    println!("PostgreSQL: {}", info.source);
+    for (name, value) in &info.settings {
+        println!("  {name:<28} {value}");
+    }
+    if !server.stat_statements {
+        log("pg_stat_statements is not loaded on this server: statements per operation are not counted");
+    }
+
+    let mut notes = Vec::new();
+    let pgbench = match server.bin_dir.as_deref().map(|dir| Pgbench::new(dir, options.out_dir.join("pgbench"))) {
+        Some(Ok(pgbench)) => Some(pgbench),
+        Some(Err(error)) => {
+            notes.push(format!("no floor: {error:#}"));
+            None
+        }
+        None => {
+            notes.push("no floor: pgbench not found (PostgreSQL server binaries)".into());
+            None
+        }
+    };
+    let peers: Vec<Peer> = Peer::ALL.into_iter().filter(|p| *p != Peer::Floor || pgbench.is_some()).collect();
+
+    log("creating one database per implementation");
+    let today = Utc::now().date_naive();
+    let mut urls = BTreeMap::new();
+    for &peer in &peers {
+        let url = server.fresh_database(peer.database()).await?;
+        if peer.our_schema() {
+            migrate_ours(&url, today).await?;
+        } else {
+            adk_session::PostgresSessionService::new(&url)
+                .await
+                .map_err(|e| anyhow!("{e}"))?
+                .migrate()
+                .await
+                .map_err(|e| anyhow!("adk-session migrate: {e}"))?;
+        }
+        urls.insert(peer, url);
+    }
+    let mut drivers = BTreeMap::new();
+    for &peer in peers.iter().filter(|p| **p != Peer::Floor) {
+        drivers.insert(peer, Driver::connect(peer, &urls[&peer]).await?);
+    }
+    let counter =
+        if server.stat_statements { Some(StatementCounter::new(connect(server.admin_url()).await?)) } else { None };
+    let mut bench = Bench {
+        plan,
+        server,
+        urls,
+        drivers,
+        pgbench,
+        counter,
+        samples: BTreeMap::new(),
+        statements: BTreeMap::new(),
+        notes,
+    };
+
+    // Retention first: nothing else writes WAL yet.
+    log(format!(
+        "retention: {} events in {} sessions, DROP (maintenance) vs DELETE",
+        bench.plan.retention_events(),
+        bench.plan.retention_sessions
+    ));
+    let retention_url = bench.server.fresh_database(RETENTION_DATABASE).await?;
+    migrate_ours(&retention_url, today).await?;
+    let retention =
+        retention::measure(&retention_url, bench.plan.retention_sessions, bench.plan.retention_events_per_session)
+            .await?;
+    bench.server.drop_database(RETENTION_DATABASE).await?;
+
+    bench.setup_sessions().await?;
+    bench.creates().await?;
+    bench.appends().await?;
+    let hot = bench.hot_ratios().await?;
+    let coordinates = bench.setup_reads().await?;
+    bench.reads(&coordinates).await?;
+    let round_trips = bench.round_trips(&coordinates).await?;
+
+    let measured = bench.measured();
+    let peak_rss_bytes = peak_rss_bytes();
+    let report = Report {
+        plan: bench.plan.clone(),
+        machine: report::Machine { load_average_start: load_at_start, ..report::Machine::detect() },
+        server: info,
+        results: measured,
+        round_trips,
+        hot,
+        retention,
+        peak_rss_bytes,
+        notes: bench.notes.clone(),
+        elapsed_secs: started.elapsed().as_secs_f64(),
+        targets: Vec::new(),
+    }
+    .with_targets();
+    if !bench.server.is_throwaway() {
+        for peer in bench.urls.keys() {
+            bench.server.drop_database(peer.database()).await?;
+        }
+    }
+    drop(bench);
+    Ok(report)
+}
+
+async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
+    adk_postgres_storage::run_pending_migrations(url).await.context("migrating")?;
+    // Premake today and the week ahead, as `adk-pg maintain` does.
+    run_maintenance(url, today, &MaintenanceConfig::default()).await.context("premaking partitions")?;
+    Ok(())
+}
+
+/// The bench process's peak resident set (VmHWM), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(kb * 1024)
+}
+
+impl Bench {
+    fn peers(&self) -> Vec<Peer> {
+        self.urls.keys().copied().collect()
+    }
+
+    async fn client(&self, peer: Peer) -> anyhow::Result<Client> {
+        connect(&self.urls[&peer]).await
+    }
+
+    fn record(&mut self, op: Op, peer: Peer, sample: &Sample) {
+        self.samples.entry((op, peer)).or_default().merge(sample);
+    }
+
+    async fn reset_statements(&self) -> anyhow::Result<()> {
+        if let Some(counter) = &self.counter {
+            counter.reset().await?;
+        }
+        Ok(())
+    }
+
+    async fn read_statements(&mut self, op: Op, peer: Peer) -> anyhow::Result<()> {
+        if let Some(counter) = &self.counter {
+            let count = counter.read(peer.database()).await?;
+            let entry = self.statements.entry((op, peer)).or_default();
+            entry.total += count.total;
+            entry.connection_setup += count.connection_setup;
+            if entry.top.is_empty() {
+                entry.top = count.top;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one round of `op` on `peer`, counting its statements.
+    async fn timed<F>(&mut self, op: Op, peer: Peer, run: F) -> anyhow::Result<()>
+    where
+        F: AsyncFnOnce(&Self) -> anyhow::Result<Sample>,
+    {
+        self.reset_statements().await?;
+        let sample = run(self).await.with_context(|| format!("{} on {}", op.label(0), peer.label()))?;
+        self.read_statements(op, peer).await?;
+        self.record(op, peer, &sample);
+        Ok(())
+    }
+
+    fn floor(&self, run: &floor::Run) -> anyhow::Result<Sample> {
+        let pgbench = self.pgbench.as_ref().ok_or_else(|| anyhow!("no pgbench"))?;
+        pgbench.run(&self.urls[&Peer::Floor], run)
+    }
+
+    /// Sessions the append and list workloads use, made untimed.
+    async fn setup_sessions(&mut self) -> anyhow::Result<()> {
+        let n = self.plan.append_sessions;
+        log(format!("setup: {} sessions to append to, {LIST_SESSIONS} sessions to list", 2 * n));
+        for peer in self.peers() {
+            if peer == Peer::Floor {
+                let sql = self.client(peer).await?;
+                let state = serde_json::to_string(&workload::initial_state())?;
+                for base in [SEQUENTIAL_BASE, CONCURRENT_BASE] {
+                    sql.execute(
+                        "SELECT count(*) FROM generate_series($1::int, $2::int) g,
+                           LATERAL adk_create_session(NULL, $3, g::text, g::text, $4::text::jsonb, NULL, '{}', '{}') c",
+                        &[&(base as i32), &((base + n - 1) as i32), &APP, &state],
+                    )
+                    .await?;
+                }
+                sql.execute(
+                    "SELECT count(*) FROM generate_series(1, $1::int) g,
+                       LATERAL adk_create_session(NULL, $2, $3, 'l-' || g, $4::text::jsonb, NULL, '{}', '{}') c",
+                    &[&(LIST_SESSIONS as i32), &APP, &LIST_USER, &state],
+                )
+                .await?;
+                continue;
+            }
+            let driver = self.drivers[&peer].clone();
+            for mode in ["seq", "con"] {
+                for i in 0..n {
+                    let (user, session) = append_session(mode, i);
+                    driver.create(&user, &session).await?;
+                }
+            }
+            for i in 0..LIST_SESSIONS {
+                driver.create(LIST_USER, &format!("l-{i}")).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn creates(&mut self) -> anyhow::Result<()> {
+        let per_round = self.plan.creates_per_round();
+        for round in 0..self.plan.create_rounds {
+            log(format!("create: round {}/{} ({per_round} sessions each)", round + 1, self.plan.create_rounds));
+            for peer in self.peers() {
+                self.timed(Op::Create, peer, async |bench: &Self| match peer {
+                    Peer::Floor => bench.floor(&floor::create_run(&format!("create-{round}"), per_round)),
+                    _ => ops::create(&bench.drivers[&peer], round, per_round).await,
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn appends(&mut self) -> anyhow::Result<()> {
+        let plain = BoundEvent::of(0)?;
+        let with_user = BoundEvent::of(workload::USER_DELTA_EVERY - 1)?;
+        for (op, mode, base) in
+            [(Op::AppendSequential, "seq", SEQUENTIAL_BASE), (Op::AppendConcurrent, "con", CONCURRENT_BASE)]
+        {
+            let concurrent = op == Op::AppendConcurrent;
+            let rounds = self.plan.rounds_of_appends(concurrent);
+            let per_round = self.plan.sessions_per_append_round(concurrent);
+            for round in 0..rounds {
+                log(format!(
+                    "{}: round {}/{} ({per_round} sessions x {EVENTS_PER_SESSION} events)",
+                    op.label(0),
+                    round + 1,
+                    rounds
+                ));
+                let first = round * per_round;
+                let sessions: Vec<(String, String)> =
+                    (first..first + per_round).map(|i| append_session(mode, i)).collect();
+                for peer in self.peers() {
+                    let (plain, with_user, sessions) = (&plain, &with_user, &sessions);
+                    self.timed(op, peer, async |bench: &Self| match (peer, op) {
+                        (Peer::Floor, Op::AppendSequential) => {
+                            let spread = Spread {
+                                clients: 1,
+                                threads: 1,
+                                base: base + first,
+                                per_client: per_round,
+                                transactions: per_round * EVENTS_PER_SESSION,
+                            };
+                            bench.floor(&floor::append_run(&format!("append-seq-{round}"), spread, plain, with_user))
+                        }
+                        (Peer::Floor, _) => {
+                            let share = per_round / CONCURRENCY;
+                            let spread = Spread {
+                                clients: CONCURRENCY,
+                                threads: 2,
+                                base: base + first,
+                                per_client: share,
+                                transactions: share * EVENTS_PER_SESSION,
+                            };
+                            bench.floor(&floor::append_run(&format!("append-con-{round}"), spread, plain, with_user))
+                        }
+                        (_, Op::AppendSequential) => ops::append_sequential(&bench.drivers[&peer], sessions).await,
+                        _ => {
+                            // Open the pool's connections first, so the round
+                            // measures appends, not connection set-up.
+                            warm_up(&bench.drivers[&peer], sessions).await?;
+                            bench.reset_statements().await?;
+                            ops::append_concurrent(&bench.drivers[&peer], sessions).await
+                        }
+                    })
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn hot_ratios(&self) -> anyhow::Result<BTreeMap<Peer, HotRatio>> {
+        let expected = (2 * self.plan.append_sessions * EVENTS_PER_SESSION) as i64;
+        let mut ratios = BTreeMap::new();
+        for peer in self.peers() {
+            let table = if peer.our_schema() { "adk_sessions" } else { "sessions" };
+            let ratio = hot_ratio(&self.client(peer).await?, table, expected).await?;
+            ratios.insert(peer, ratio);
+        }
+        Ok(ratios)
+    }
+
+    /// The sessions `get` reads: 40 events and the big one, filled through
+    /// each implementation's own append (the floor's through our SQL).
+    async fn setup_reads(&mut self) -> anyhow::Result<BTreeMap<Peer, ReadTargets>> {
+        let big = self.plan.big_session_events;
+        log(format!("setup: sessions of 40 and {big} events to read"));
+        let mut targets = BTreeMap::new();
+        for peer in self.peers() {
+            if peer == Peer::Floor {
+                let sql = self.client(peer).await?;
+                let plain = BoundEvent::of(1)?;
+                let state = serde_json::to_string(&workload::initial_state())?;
+                let mut coordinates = Vec::new();
+                for (session, events) in [("g-40", EVENTS_PER_SESSION), ("g-big", big)] {
+                    sql.execute(
+                        "SELECT adk_create_session(NULL, $1, $2, $3, $4::text::jsonb, NULL, '{}', '{}')",
+                        &[&APP, &GET_USER, &session, &state],
+                    )
+                    .await?;
+                    sql.execute(
+                        "SELECT count(*) FROM generate_series(1, $4::int) g,
+                           LATERAL adk_append_event(NULL, $1, $2, $3, 'e-' || g, $5, $6, $7,
+                                                    $8::text::jsonb, $9::text::jsonb, '{}', '{}', NULL, NULL) a",
+                        &[
+                            &APP,
+                            &GET_USER,
+                            &session,
+                            &(events as i32),
+                            &plain.invocation_id,
+                            &plain.author,
+                            &plain.event_ts,
+                            &plain.payload,
+                            &plain.session_delta,
+                        ],
+                    )
+                    .await?;
+                    let row = sql
+                        .query_one(
+                            "SELECT session_day::text, last_seq FROM adk_sessions
+                             WHERE app_name = $1 AND user_id = $2 AND session_id = $3",
+                            &[&APP, &GET_USER, &session],
+                        )
+                        .await?;
+                    coordinates.push(SessionCoordinates {
+                        user: GET_USER.to_owned(),
+                        session: session.to_owned(),
+                        day: row.get(0),
+                        last_seq: row.get(1),
+                    });
+                }
+                let big_session = coordinates.pop().expect("two sessions");
+                let small = coordinates.pop().expect("two sessions");
+                targets.insert(peer, ReadTargets { small: Some(small), big: Some(big_session) });
+                continue;
+            }
+            let driver = self.drivers[&peer].clone();
+            for (session, events) in [("g-40", EVENTS_PER_SESSION), ("g-big", big)] {
+                driver.create(GET_USER, session).await?;
+                ops::fill(&driver, GET_USER, session, events).await?;
+            }
+            targets.insert(peer, ReadTargets { small: None, big: None });
+        }
+        Ok(targets)
+    }
+
+    async fn reads(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<()> {
+        let big = self.plan.big_session_events;
+        let small_reads = self.plan.small_reads;
+        let big_reads = self.plan.big_reads;
+        let workloads = [
+            (Op::Get40, "g-40", None, EVENTS_PER_SESSION, small_reads),
+            (Op::Get40Recent20, "g-40", Some(20), 20, small_reads),
+            (Op::GetBig, "g-big", None, big, big_reads),
+            (Op::GetBigRecent20, "g-big", Some(20), 20, small_reads),
+        ];
+        for round in 0..self.plan.read_rounds {
+            for (op, session, recent, expected, count) in workloads {
+                log(format!("{}: round {}/{} ({count} reads)", op.label(big), round + 1, self.plan.read_rounds));
+                for peer in self.peers() {
+                    self.timed(op, peer, async |bench: &Self| match peer {
+                        Peer::Floor => {
+                            let at = if session == "g-40" { &targets[&peer].small } else { &targets[&peer].big };
+                            let at = at.as_ref().ok_or_else(|| anyhow!("no floor session"))?;
+                            bench.floor(&floor::get_run(&format!("{session}-{recent:?}-{round}"), count, at, recent))
+                        }
+                        _ => ops::get(&bench.drivers[&peer], GET_USER, session, recent, expected, count).await,
+                    })
+                    .await?;
+                }
+            }
+            log(format!(
+                "{}: round {}/{} ({small_reads} lists)",
+                Op::List100.label(big),
+                round + 1,
+                self.plan.read_rounds
+            ));
+            for peer in self.peers() {
+                self.timed(Op::List100, peer, async |bench: &Self| match peer {
+                    Peer::Floor => bench.floor(&floor::list_run(&format!("list-{round}"), small_reads, LIST_USER)),
+                    _ => ops::list(&bench.drivers[&peer], LIST_USER, LIST_SESSIONS, small_reads).await,
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Round trips per operation at the protocol level, through a counting
+    /// proxy, in an untimed pass after warm-up.
+    async fn round_trips(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<RoundTrips> {
+        log("round trips: counting through a proxy (untimed)");
+        let upstream = upstream(self.server.admin_url()).await?;
+        let proxy = Proxy::start(upstream).await?;
+        let n = self.plan.round_trip_ops;
+        let mut counts = RoundTrips::default();
+        for peer in self.peers() {
+            let url = proxied(&self.urls[&peer], proxy.port())?;
+            if peer == Peer::Floor {
+                let Some(pgbench) = self.pgbench.clone() else { continue };
+                let plain = BoundEvent::of(0)?;
+                let with_user = BoundEvent::of(workload::USER_DELTA_EVERY - 1)?;
+                let ReadTargets { small: Some(small), big: Some(big_session) } = &targets[&peer] else { continue };
+                // Two runs of different lengths: their difference is free of
+                // connection set-up and statement preparation.
+                let runs = |t: usize| -> Vec<(RoundTripKind, floor::Run)> {
+                    let spread =
+                        Spread { clients: 1, threads: 1, base: SEQUENTIAL_BASE, per_client: 1, transactions: t };
+                    let mut only_plain = floor::append_run("rt-append", spread, &plain, &with_user);
+                    only_plain.scripts.truncate(1);
+                    let mut only_user = floor::append_run("rt-append-user", spread, &plain, &with_user);
+                    only_user.scripts.remove(0);
+                    vec![
+                        (RoundTripKind::Create, floor::create_run("rt-create", t)),
+                        (RoundTripKind::Append, only_plain),
+                        (RoundTripKind::AppendUserDelta, only_user),
+                        (RoundTripKind::Get, floor::get_run("rt-get", t, small, None)),
+                        (RoundTripKind::GetRecent, floor::get_run("rt-get-recent", t, big_session, Some(20))),
+                        (RoundTripKind::List, floor::list_run("rt-list", t, LIST_USER)),
+                    ]
+                };
+                let (short, long) = (runs(2), runs(2 + n));
+                for ((kind, short), (_, long)) in short.into_iter().zip(long) {
+                    let before = proxy.read();
+                    pgbench.run(&url, &short)?;
+                    let mid = proxy.read();
+                    pgbench.run(&url, &long)?;
+                    let after = proxy.read();
+                    let traffic = after.minus(mid).minus(mid.minus(before));
+                    counts.insert(kind, peer, traffic, n);
+                }
+                continue;
+            }
+            let driver = Driver::connect(peer, &url).await?;
+            let tag = format!("rt-{}", peer.database());
+            // Each kind is counted after a few untimed operations of its own,
+            // so statement caches are warm and the pool's connection is open.
+            for i in 0..WARM_UP {
+                driver.create("rt", &format!("{tag}-warm-{i}")).await?;
+            }
+            let before = proxy.read();
+            for i in 0..n {
+                driver.create("rt", &format!("{tag}-{i}")).await?;
+            }
+            counts.insert(RoundTripKind::Create, peer, proxy.read().minus(before), n);
+            // appends with a session delta only, then with a user: delta too
+            let session = format!("{tag}-0");
+            for (kind, offset) in [(RoundTripKind::Append, 0), (RoundTripKind::AppendUserDelta, 9)] {
+                for i in 0..WARM_UP {
+                    driver.append("rt", &format!("{tag}-warm-{i}"), driver.prepare(workload::event(offset))?).await?;
+                }
+                let before = proxy.read();
+                for i in 0..n {
+                    driver.append("rt", &session, driver.prepare(workload::event(offset + 10 * (i + 1)))?).await?;
+                }
+                counts.insert(kind, peer, proxy.read().minus(before), n);
+            }
+            // reads
+            for (kind, session, recent) in
+                [(RoundTripKind::Get, "g-40", None), (RoundTripKind::GetRecent, "g-big", Some(20))]
+            {
+                for _ in 0..WARM_UP {
+                    driver.get(GET_USER, session, recent).await?;
+                }
+                let before = proxy.read();
+                for _ in 0..n {
+                    driver.get(GET_USER, session, recent).await?;
+                }
+                counts.insert(kind, peer, proxy.read().minus(before), n);
+            }
+            for _ in 0..WARM_UP {
+                driver.list(LIST_USER).await?;
+            }
+            let before = proxy.read();
+            for _ in 0..n {
+                driver.list(LIST_USER).await?;
+            }
+            counts.insert(RoundTripKind::List, peer, proxy.read().minus(before), n);
+        }
+        Ok(counts)
+    }
+
+    fn measured(&self) -> Vec<Measured> {
+        self.samples
+            .iter()
+            .map(|(&(op, peer), sample)| {
+                let statements = self.statements.get(&(op, peer));
+                let ops = sample.ops();
+                Measured {
+                    op,
+                    peer,
+                    latency: sample.summary(),
+                    statements_per_op: statements.map(|s| s.total as f64 / ops.max(1) as f64),
+                    connection_setup_statements: statements.map(|s| s.connection_setup),
+                    top_statements: statements.map(|s| s.top.clone()).unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where each implementation's get workloads read (the floor needs the
+/// coordinates the event read binds).
+#[derive(Debug, Clone)]
+pub struct ReadTargets {
+    small: Option<SessionCoordinates>,
+    big: Option<SessionCoordinates>,
+}
+
+/// Opens the connections a concurrent workload will use: `CONCURRENCY`
+/// clients loading sessions it will append to, over and over.
+async fn warm_up(driver: &Driver, sessions: &[(String, String)]) -> anyhow::Result<()> {
+    let loads: Vec<_> = sessions
+        .iter()
+        .take(CONCURRENCY)
+        .map(|(user, session)| {
+            let (driver, user, session) = (driver.clone(), user.clone(), session.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    driver.get(&user, &session, Some(0)).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for load in loads {
+        load.await??;
+    }
+    Ok(())
+}
+
+async fn upstream(url: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let parsed = Url::parse(url)?;
+    let host = parsed.host_str().filter(|h| !h.is_empty()).unwrap_or("localhost").to_owned();
+    let port = parsed.port().unwrap_or(5432);
+    tokio::net::lookup_host((host.as_str(), port))
+        .await?
+        .next()
+        .ok_or_else(|| anyhow!("{host}:{port} does not resolve"))
+}
+
+fn proxied(url: &str, port: u16) -> anyhow::Result<String> {
+    let mut parsed = Url::parse(url)?;
+    parsed.set_host(Some("127.0.0.1"))?;
+    parsed.set_port(Some(port)).map_err(|()| anyhow!("cannot set a port on {url}"))?;
+    Ok(parsed.into())
+}
+
+/// `target/bench` of this workspace (or of `CARGO_TARGET_DIR`).
+pub fn default_out_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("bench");
+    std::fs::create_dir_all(&dir).ok();
+    dir.canonicalize().unwrap_or(dir)
+}
+
+pub use report::write_outputs;

@@ -1,0 +1,193 @@
+//! What the benchmark does, and the data it does it with.
+
+use std::collections::HashMap;
+
+use adk_core::{Content, Part};
+use adk_session::Event;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// The app every benchmark session belongs to.
+pub const APP: &str = "bench";
+/// Sessions appended to at once in the concurrent append workload.
+pub const CONCURRENCY: usize = 8;
+/// Events per session in the append workloads.
+pub const EVENTS_PER_SESSION: usize = 40;
+/// Every this-many events carries a `user:` delta.
+pub const USER_DELTA_EVERY: usize = 10;
+/// Characters of the text part of each event.
+pub const TEXT_CHARS: usize = 200;
+/// The user whose sessions `list` lists.
+pub const LIST_USER: &str = "lister";
+/// The user of the sessions `get` reads.
+pub const GET_USER: &str = "reader";
+/// Sessions of the list user.
+pub const LIST_SESSIONS: usize = 100;
+
+/// Sizes of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub quick: bool,
+    /// Sessions created, in `create_rounds` rounds.
+    pub creates: usize,
+    pub create_rounds: usize,
+    /// Sessions appended to (each `EVENTS_PER_SESSION` events), per mode,
+    /// in `append_rounds` rounds (concurrent: a multiple of `CONCURRENCY`
+    /// sessions per round) and `sequential_append_rounds` rounds.
+    pub append_sessions: usize,
+    pub append_rounds: usize,
+    pub sequential_append_rounds: usize,
+    /// Events of the big session `get` reads.
+    pub big_session_events: usize,
+    /// Reads per round of each get/list workload, and rounds.
+    pub small_reads: usize,
+    pub big_reads: usize,
+    pub read_rounds: usize,
+    /// Events of the retention day (sessions x events each).
+    pub retention_sessions: usize,
+    pub retention_events_per_session: usize,
+    /// Operations per kind in the round-trip pass.
+    pub round_trip_ops: usize,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            quick: false,
+            creates: 1_000,
+            create_rounds: 5,
+            append_sessions: 200,
+            append_rounds: 5,
+            sequential_append_rounds: 10,
+            big_session_events: 1_000,
+            small_reads: 300,
+            big_reads: 60,
+            read_rounds: 5,
+            retention_sessions: 1_000,
+            retention_events_per_session: 100,
+            round_trip_ops: 50,
+        }
+    }
+
+    /// A smoke test of every workload, well under a minute.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            creates: 50,
+            create_rounds: 1,
+            append_sessions: 8,
+            append_rounds: 1,
+            sequential_append_rounds: 1,
+            big_session_events: 200,
+            small_reads: 50,
+            big_reads: 20,
+            read_rounds: 1,
+            retention_sessions: 100,
+            retention_events_per_session: 100,
+            round_trip_ops: 5,
+        }
+    }
+
+    /// Rounds of the append workload `concurrent` or not.
+    pub fn rounds_of_appends(&self, concurrent: bool) -> usize {
+        if concurrent { self.append_rounds } else { self.sequential_append_rounds }
+    }
+
+    pub fn sessions_per_append_round(&self, concurrent: bool) -> usize {
+        self.append_sessions / self.rounds_of_appends(concurrent)
+    }
+
+    pub fn creates_per_round(&self) -> usize {
+        self.creates / self.create_rounds
+    }
+
+    pub fn retention_events(&self) -> usize {
+        self.retention_sessions * self.retention_events_per_session
+    }
+}
+
+/// A session's id and owner in the append workloads: one user per session,
+/// as in a service where many users talk at once (so `user:` upserts of
+/// concurrent sessions never wait for one another).
+pub fn append_session(mode: &str, index: usize) -> (String, String) {
+    (format!("u-{mode}-{index}"), format!("{mode}-{index}"))
+}
+
+/// The session-scoped initial state of every created session.
+pub fn initial_state() -> HashMap<String, Value> {
+    HashMap::from([("channel".to_owned(), json!("web")), ("locale".to_owned(), json!("en-GB"))])
+}
+
+/// ~200 characters of text that differ per event, like a real turn.
+pub fn text(seed: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "the", "order", "arrives", "tomorrow", "between", "nine", "and", "noon", "please", "confirm", "your",
+        "address", "so", "our", "courier", "knows",
+    ];
+    let mut text = String::with_capacity(TEXT_CHARS + 16);
+    let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    while text.len() < TEXT_CHARS {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        text.push_str(WORDS[state % WORDS.len()]);
+    }
+    text.truncate(TEXT_CHARS);
+    text
+}
+
+/// Event `n` (0-based) of a conversation: a ~200-character text part, a
+/// small session delta, and on every tenth a `user:` delta.
+pub fn event(n: usize) -> Event {
+    let author = if n.is_multiple_of(2) { "user" } else { "assistant" };
+    let mut event = Event::new(format!("inv-{}", n / 2));
+    event.author = author.to_owned();
+    event.llm_response.content = Some(Content {
+        role: if author == "user" { "user".to_owned() } else { "model".to_owned() },
+        parts: vec![Part::Text { text: text(n) }],
+    });
+    event.llm_response.turn_complete = author == "assistant";
+    let delta = &mut event.actions.state_delta;
+    delta.insert("turn".to_owned(), json!(n));
+    delta.insert("last_author".to_owned(), json!(author));
+    if has_user_delta(n) {
+        delta.insert("user:visits".to_owned(), json!(n));
+    }
+    event
+}
+
+pub fn has_user_delta(n: usize) -> bool {
+    n % USER_DELTA_EVERY == USER_DELTA_EVERY - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_have_the_promised_shape() {
+        let e = event(9);
+        let Some(Part::Text { text }) = e.llm_response.content.as_ref().and_then(|c| c.parts.first()) else {
+            panic!("a text part")
+        };
+        assert_eq!(text.chars().count(), TEXT_CHARS);
+        assert!(e.actions.state_delta.contains_key("user:visits"));
+        assert!(!event(8).actions.state_delta.contains_key("user:visits"));
+        assert_ne!(self::text(1), self::text(2));
+        let with_user = (0..EVENTS_PER_SESSION).filter(|n| has_user_delta(*n)).count();
+        assert_eq!(with_user, EVENTS_PER_SESSION / USER_DELTA_EVERY);
+    }
+
+    #[test]
+    fn plans_divide_evenly() {
+        for plan in [Plan::full(), Plan::quick()] {
+            assert_eq!(plan.append_sessions % plan.append_rounds, 0);
+            assert_eq!(plan.append_sessions % plan.sequential_append_rounds, 0);
+            assert_eq!(plan.sessions_per_append_round(true) % CONCURRENCY, 0);
+            assert_eq!(plan.creates % plan.create_rounds, 0);
+        }
+    }
+}
