@@ -6,6 +6,11 @@
 -- of a pooled connection, and the tenant-scoped mode costs no extra round
 -- trip. All functions are SECURITY INVOKER: row-level security applies to
 -- the role that calls them.
+--
+-- Plans are made for each call's own arguments (force_custom_plan) wherever
+-- adk_events is read: a generic plan cached while today's partition was
+-- nearly empty would keep scanning it sequentially as it fills, and on
+-- PostgreSQL 15 a generic plan locks every partition before pruning.
 
 CREATE FUNCTION adk_enter_tenant(p_tenant text) RETURNS void
     LANGUAGE plpgsql
@@ -118,6 +123,7 @@ CREATE FUNCTION adk_load_events(
     p_limit       bigint
 ) RETURNS TABLE (payload jsonb)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -177,6 +183,7 @@ $$;
 CREATE FUNCTION adk_delete_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text)
 RETURNS bigint
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     deleted bigint;
@@ -229,6 +236,7 @@ CREATE FUNCTION adk_append_event(
     successor_id text
 )
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE

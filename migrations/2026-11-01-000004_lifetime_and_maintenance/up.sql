@@ -43,6 +43,7 @@ CREATE FUNCTION adk_rollover_session(
     successor_id text
 )
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE

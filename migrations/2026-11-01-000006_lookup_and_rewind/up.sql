@@ -37,6 +37,7 @@ CREATE FUNCTION adk_rewind_session(
     p_expected_seq bigint
 ) RETURNS TABLE (outcome text, seq bigint)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -331,3 +331,68 @@ async fn statements_stay_prepared_so_an_append_is_one_round_trip() {
     .expect("prepared statements");
     assert_eq!(prepared.len(), 1, "the append statement is not kept prepared: {prepared:?}");
 }
+
+/// A connection warmed while today's partition was small and analyzed must
+/// still reach rows by index once the partition has filled: no whole-
+/// partition scans on the append or read path.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_connection_does_not_scan_a_partition_that_filled_since() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    let filler = new_session(&store, "app", "filler").await;
+    let append_sql = "SELECT outcome FROM adk_append_event(NULL, 'app', 'user', $1, $2, NULL, 'agent', 1,
+                      jsonb_build_object('id', $2::text), '{}', '{}', '{}', NULL, NULL)";
+    let session_id = key.session_id.as_str();
+    for n in 0..12 {
+        sql.query_one(append_sql, &[&session_id, &format!("early-{n}")]).await.expect("early appends");
+    }
+    // Autovacuum analyzes a young partition while it is small; plans cached
+    // from then on see a tiny table.
+    sql.batch_execute("ANALYZE adk_events").await.expect("analyze");
+    for n in 0..12 {
+        sql.query_one(append_sql, &[&session_id, &format!("warm-{n}")]).await.expect("warm up");
+    }
+    sql.query(
+        "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, (now() AT TIME ZONE 'UTC')::date, 100, NULL, 5)",
+        &[&session_id],
+    )
+    .await
+    .expect("warm up reads");
+    // Today's partition fills up behind the warmed connection's back.
+    sql.execute(
+        "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT 'app', 'filler', $1, (now() AT TIME ZONE 'UTC')::date, n, 'f' || n, 'agent', n, '{}'
+         FROM generate_series(1, 20000) n",
+        &[&filler.session_id.as_str()],
+    )
+    .await
+    .expect("fill");
+
+    // pg_stat_xact_* also shows this backend's counts not flushed yet; flush
+    // them so the transaction below counts only itself.
+    sql.batch_execute("SELECT pg_stat_force_next_flush()").await.expect("flush");
+    sql.batch_execute("SELECT 1").await.expect("flush");
+    sql.batch_execute("BEGIN").await.expect("begin");
+    sql.query_one(append_sql, &[&session_id, &"after-fill".to_owned()]).await.expect("append");
+    sql.query(
+        "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, (now() AT TIME ZONE 'UTC')::date, 100, NULL, 5)",
+        &[&session_id],
+    )
+    .await
+    .expect("read");
+    let scanned: Vec<(String, i64)> = sql
+        .query(
+            "SELECT relname::text, seq_scan FROM pg_stat_xact_user_tables
+             WHERE relname LIKE 'adk_events_p%' AND seq_scan > 0",
+            &[],
+        )
+        .await
+        .expect("xact stats")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    sql.batch_execute("COMMIT").await.expect("commit");
+    assert!(scanned.is_empty(), "an append or read scanned whole partitions: {scanned:?}");
+}
