@@ -10,6 +10,9 @@ const CHECKS: &[(&str, &[&str])] = &[
     ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
     // Cannot run without Docker, so it must at least keep compiling.
     ("the testcontainers build", &["check", "-p", "adk-postgres-testing", "--features", "testcontainers"]),
+    // A smoke run of the benchmarks (release build, reduced workload); it
+    // asserts nothing about timing, only that every workload runs.
+    ("the benchmark smoke test", &["xtask", "bench", "--quick"]),
 ];
 
 pub fn run() -> anyhow::Result<ExitCode> {
