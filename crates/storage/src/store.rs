@@ -249,9 +249,9 @@ impl FromSql<Jsonb, Pg> for StoredEvent {
     fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
         // Binary jsonb is a version byte (1) followed by the JSON text.
         match value.as_bytes().split_first() {
-            Some((1, text)) => serde_json::from_slice(text)
-                .map(Self)
-                .map_err(|e| format!("stored event is corrupt: {e}").into()),
+            Some((1, text)) => {
+                serde_json::from_slice(text).map(Self).map_err(|e| format!("stored event is corrupt: {e}").into())
+            }
             _ => Err("unsupported jsonb version".into()),
         }
     }
