@@ -40,37 +40,34 @@ async fn adk_in_memory() -> (Guard, Service) {
     (Box::new(()), Arc::new(InMemorySessionService::new()))
 }
 
+/// One `#[tokio::test]` per named case, each on a fresh service from `$factory`.
+macro_rules! cases {
+    ($factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (_guard, service) = $factory().await;
+                super::suite::$case(service).await;
+            }
+        )*
+    };
+}
+
+/// Every case, core and strict: for our adapter.
 macro_rules! all_cases {
     ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
         mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $core() {
-                    let (_guard, service) = $factory().await;
-                    super::suite::$core(service).await;
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $strict() {
-                    let (_guard, service) = $factory().await;
-                    super::suite::$strict(service).await;
-                }
-            )*
+            cases!($factory; $($core,)* $($strict,)*);
         }
     };
 }
 
+/// The core cases only: for adk-session's own services, which the strict
+/// cases are known to fail.
 macro_rules! core_cases {
     ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
         mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $core() {
-                    let (_guard, service) = $factory().await;
-                    super::suite::$core(service).await;
-                }
-            )*
+            cases!($factory; $($core,)*);
         }
     };
 }
