@@ -99,6 +99,11 @@ macro_rules! conformance_tests {
             find_by_id_finds_live_sessions_across_users_and_apps,
             rewind_keeps_the_first_events_and_rebuilds_session_state,
             rewind_refuses_stale_versions_and_targets_past_the_end,
+            rewind_starts_from_the_state_the_session_was_created_with,
+            rewind_to_the_current_version_changes_nothing,
+            retried_rewind_already_at_its_target_succeeds,
+            retried_rollover_returns_its_successor,
+            an_expired_sessions_id_is_free_at_once,
             concurrent_appends_with_one_expected_version_store_exactly_one,
             concurrent_retries_of_one_event_store_it_once,
             concurrent_creates_of_one_id_make_one_session,
@@ -1794,4 +1799,109 @@ pub async fn rewind_refuses_stale_versions_and_targets_past_the_end<F: StoreFact
     expect_invalid(store.rewind(&session.key, 4, None).await, |f| f == "keep", "rewind past the end");
     expect_not_found(store.rewind(&key(&app, &user, "missing"), 0, None).await, &key(&app, &user, "missing"), "rewind");
     assert_eq!(get(&*store, &session.key).await, before, "a refused rewind changed the session");
+}
+
+pub async fn rewind_starts_from_the_state_the_session_was_created_with<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rewindinit");
+    let session = create(&*store, &app, &user, "s", json!({"topic": "refunds", "step": 0, "user:tier": "gold"})).await;
+    for i in 1..=3 {
+        append(&*store, &session.key, ev(json!({ "step": i, format!("only_{i}"): true }))).await;
+    }
+    let rewound = store.rewind(&session.key, 1, None).await.expect("rewind");
+    let expected = obj(json!({"topic": "refunds", "step": 1, "only_1": true, "user:tier": "gold"}));
+    assert_eq!(rewound.state, expected, "initial state + the deltas of event 1");
+
+    let emptied = store.rewind(&session.key, 0, None).await.expect("rewind to nothing");
+    assert_eq!(emptied.state, obj(json!({"topic": "refunds", "step": 0, "user:tier": "gold"})), "the initial state");
+
+    // A successor starts from the state its predecessor had when it closed.
+    append(&*store, &session.key, ev(json!({"step": 9}))).await;
+    let successor = store.rollover(&session.key, Some("next".into()), Event::new("summarizer")).await.expect("roll");
+    append(&*store, &successor.key, ev(json!({"step": 10}))).await;
+    let back = store.rewind(&successor.key, 1, None).await.expect("rewind the successor");
+    assert_eq!(back.state, obj(json!({"topic": "refunds", "step": 9, "user:tier": "gold"})));
+}
+
+pub async fn rewind_to_the_current_version_changes_nothing<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rewindnoop");
+    let session = create(&*store, &app, &user, "s", json!({"topic": "a"})).await;
+    for i in 1..=3 {
+        append(&*store, &session.key, ev(json!({ "step": i }))).await;
+    }
+    let before = get(&*store, &session.key).await;
+    let same = store.rewind(&session.key, 3, Some(3)).await.expect("rewind to the current version");
+    assert_eq!(same, before, "state, events, version and update time unchanged");
+    let untouched = store.rewind(&session.key, 3, None).await.expect("again, without a version");
+    assert_eq!(untouched, before);
+}
+
+pub async fn retried_rewind_already_at_its_target_succeeds<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rewindretry");
+    let session = create(&*store, &app, &user, "s", json!({})).await;
+    for i in 1..=5 {
+        append(&*store, &session.key, ev(json!({ "step": i }))).await;
+    }
+    let first = store.rewind(&session.key, 2, Some(5)).await.expect("rewind");
+    // The same call again, as a client does when the first reply was lost.
+    let retried = store.rewind(&session.key, 2, Some(5)).await.expect("a retried rewind succeeds");
+    assert_eq!(retried, first);
+    // Once someone appended after the rewind, the retry is stale again.
+    append(&*store, &session.key, ev(json!({"step": 6}))).await;
+    let stale = store.rewind(&session.key, 2, Some(5)).await;
+    assert!(matches!(stale, Err(StoreError::StaleSession { expected: 5, actual: 3, .. })), "{stale:?}");
+}
+
+pub async fn retried_rollover_returns_its_successor<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("rollretry");
+    let session = create(&*store, &app, &user, "s", json!({"topic": "a"})).await;
+    append(&*store, &session.key, ev(json!({"step": 1}))).await;
+    let summary = Event::new("summarizer");
+    let successor = store.rollover(&session.key, Some("next".into()), summary.clone()).await.expect("rollover");
+    let retried = store.rollover(&session.key, Some("next".into()), summary.clone()).await.expect("retried rollover");
+    assert_eq!(retried, successor, "the retry returns the successor it asked for");
+
+    // The successor moved on; a late retry returns it as it is now.
+    append(&*store, &successor.key, ev(json!({"step": 2}))).await;
+    let late = store.rollover(&session.key, Some("next".into()), summary.clone()).await.expect("late retry");
+    assert_eq!(late, get(&*store, &successor.key).await);
+    assert_eq!(late.version, 2);
+
+    // Another successor id is not a retry: the session is closed.
+    let other = store.rollover(&session.key, Some("other".into()), summary).await;
+    assert_eq!(
+        other,
+        Err(StoreError::SessionClosed { key: session.key.clone(), successor: Some(successor.key.session_id.clone()) })
+    );
+}
+
+pub async fn an_expired_sessions_id_is_free_at_once<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("reuse");
+    let old = store
+        .create(
+            CreateSession::new(app.clone(), user.clone())
+                .with_id("reused")
+                .with_state(obj(json!({"old": true})))
+                .with_ttl(Duration::from_millis(200)),
+        )
+        .await
+        .expect("create");
+    append(&*store, &old.key, ev(json!({"step": 1}))).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let fresh = create(&*store, &app, &user, "reused", json!({"new": true})).await;
+    assert_eq!(fresh.key, old.key);
+    assert_eq!(fresh.version, 0);
+    assert_eq!(fresh.expires_at, None, "the new session has its own (default) TTL");
+    let loaded = get(&*store, &fresh.key).await;
+    assert!(loaded.events.is_empty(), "the expired session's events went with it: {:?}", loaded.events);
+    assert_eq!(loaded.state, obj(json!({"new": true})));
+    assert_eq!(append(&*store, &fresh.key, ev(json!({}))).await.seq, Some(1), "sequence starts over");
+    // A live session's id is still taken.
+    let taken = store.create(CreateSession::new(app.clone(), user.clone()).with_id("reused")).await;
+    assert_eq!(taken, Err(StoreError::AlreadyExists(fresh.key.clone())));
 }

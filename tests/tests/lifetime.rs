@@ -79,15 +79,107 @@ async fn rollover_is_atomic() {
         .await
         .expect("name")
         .get(0);
-    sql.batch_execute(&format!("DROP TABLE {today}")).await.expect("drop today's partition");
+    // The store makes a missing partition for today itself; take that
+    // remedy away so the partition stays missing.
+    sql.batch_execute(&format!(
+        "DROP TABLE {today}; ALTER FUNCTION adk_premake_event_partitions() RENAME TO premake_disabled"
+    ))
+    .await
+    .expect("drop today's partition");
     let err = store.rollover(&key, Some("next".into()), Event::new("summarizer")).await.expect_err("no partition");
     assert!(matches!(err, StoreError::PartitionMissing { .. }), "{err:?}");
     assert!(store.get(&key, GetOptions::default()).await.expect("get").closed_at.is_none());
     let successors: i64 =
         sql.query_one("SELECT count(*) FROM adk_sessions WHERE session_id = 'next'", &[]).await.expect("count").get(0);
     assert_eq!(successors, 0);
+    // With the remedy back, the same rollover makes today's partition and succeeds.
+    sql.batch_execute("ALTER FUNCTION premake_disabled() RENAME TO adk_premake_event_partitions").await.expect("back");
+    let successor = store.rollover(&key, Some("next".into()), Event::new("summarizer")).await.expect("rollover");
+    assert_eq!(successor.version, 1);
 
     let summary_with_state = with_delta(json!({"a": 1}));
     let err = store.rollover(&key, None, summary_with_state).await.expect_err("summary with a delta");
     assert!(matches!(&err, StoreError::InvalidInput { field, .. } if field == "summary.actions.state_delta"));
+}
+
+/// Ages every session of the database by `days` (creation time and event
+/// partition day alike), as if it had been created that long ago.
+async fn age_sessions(sql: &tokio_postgres::Client, interval: &str) {
+    sql.execute(&format!("UPDATE adk_sessions SET created_at = now() - interval '{interval}'"), &[])
+        .await
+        .expect("age the sessions");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_policy_lifetime_holds_for_a_client_that_sets_none() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store_with(db.url(), StoreConfig::default()).await;
+    let key = new_session(&store, "app", "user").await;
+    store.append(&key, Event::new("user"), AppendOptions::default()).await.expect("young");
+    age_sessions(&sql, "7 days 1 second").await;
+    let err = store.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("past the policy");
+    assert!(
+        matches!(&err, StoreError::LifetimeExceeded { max_lifetime, .. } if *max_lifetime == Duration::from_secs(7 * 86_400)),
+        "{err:?}"
+    );
+    assert_eq!(store.get(&key, GetOptions::default()).await.expect("get").version, 1, "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_can_tighten_the_lifetime_but_never_loosen_it() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let day = Duration::from_secs(86_400);
+    let loose = store_with(db.url(), StoreConfig { max_session_lifetime: Some(day * 70), ..Default::default() }).await;
+    let tight = store_with(db.url(), StoreConfig { max_session_lifetime: Some(day), ..Default::default() }).await;
+    let key = new_session(&loose, "app", "user").await;
+    age_sessions(&sql, "2 days").await;
+    let err = tight.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("tightened");
+    assert!(matches!(&err, StoreError::LifetimeExceeded { max_lifetime, .. } if *max_lifetime == day), "{err:?}");
+    loose.append(&key, Event::new("user"), AppendOptions::default()).await.expect("inside the policy's 7 days");
+    age_sessions(&sql, "8 days").await;
+    let err = loose.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("not loosened");
+    assert!(matches!(&err, StoreError::LifetimeExceeded { max_lifetime, .. } if *max_lifetime == day * 7), "{err:?}");
+
+    // The policy is read on every append: lowering it applies at once, to
+    // every client.
+    let key = new_session(&loose, "app", "user").await;
+    sql.execute(
+        "UPDATE adk_sessions SET created_at = now() - interval '3 hours' WHERE session_id = $1",
+        &[&key.session_id.as_str()],
+    )
+    .await
+    .expect("age one");
+    sql.execute("UPDATE adk_store_policy SET max_session_lifetime = '2 hours'", &[]).await.expect("lower the policy");
+    let err = loose.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("lowered");
+    assert!(
+        matches!(&err, StoreError::LifetimeExceeded { max_lifetime, .. } if *max_lifetime == Duration::from_secs(7200)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_created_38_days_ago_is_refused_under_the_default_policy() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store_with(db.url(), StoreConfig::default()).await;
+    let day: String =
+        sql.query_one("SELECT ((now() AT TIME ZONE 'UTC')::date - 38)::text", &[]).await.expect("day").get(0);
+    sql.batch_execute(&format!(
+        "SELECT adk_ensure_event_partition('{day}'); \
+         INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, created_at, updated_at) \
+         VALUES ('app', 'user', 'old', '{day}', now() - interval '38 days', now() - interval '38 days')"
+    ))
+    .await
+    .expect("an old session");
+    let key = adk_postgres_domain::SessionKey::new(
+        adk_postgres_domain::AppName::new("app").expect("app"),
+        adk_postgres_domain::UserId::new("user").expect("user"),
+        adk_postgres_domain::SessionId::new("old").expect("id"),
+    );
+    let err = store.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("too old");
+    assert!(matches!(err, StoreError::LifetimeExceeded { .. }), "{err:?}");
+    let stored: i64 = sql.query_one("SELECT count(*) FROM adk_events", &[]).await.expect("count").get(0);
+    assert_eq!(stored, 0, "nothing was acknowledged, nothing stored");
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod memory;
+pub mod policy;
 pub mod session;
 pub mod state;
 pub mod store;
@@ -17,6 +18,7 @@ pub use error::StoreError;
 pub use event::{Event, EventActions, PreparedEvent};
 pub use ids::{AppName, SessionId, SessionKey, UserId};
 pub use memory::InMemoryStore;
+pub use policy::StorePolicy;
 pub use session::{
     AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
     SessionSummary, StoreConfig,

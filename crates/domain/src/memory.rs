@@ -11,6 +11,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::policy::StorePolicy;
 use crate::session::{
     AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
     SessionSummary, StoreConfig,
@@ -21,6 +22,9 @@ use crate::store::SessionStore;
 #[derive(Debug, Clone)]
 struct StoredSession {
     state: State,
+    /// The session-scoped state it was created (or rolled over) with; rewind
+    /// replays event deltas on top of it.
+    initial_state: State,
     events: Vec<Event>,
     last_seq: u64,
     created_at: DateTime<Utc>,
@@ -83,6 +87,8 @@ impl Tables {
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
     config: StoreConfig,
+    /// What the database's policy row is to the Postgres store.
+    policy: StorePolicy,
     tables: Mutex<Tables>,
 }
 
@@ -106,7 +112,15 @@ impl InMemoryStore {
     }
 
     pub fn with_config(config: StoreConfig) -> Self {
-        Self { config, tables: Mutex::default() }
+        Self { config, policy: StorePolicy::default(), tables: Mutex::default() }
+    }
+
+    /// The same store held to `policy` instead of the default one; a
+    /// client's config can still only tighten it.
+    pub fn with_policy(mut self, policy: StorePolicy) -> Result<Self, StoreError> {
+        policy.validate()?;
+        self.policy = policy;
+        Ok(self)
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -151,9 +165,17 @@ impl SessionStore for InMemoryStore {
         scoped.check_sizes("state")?;
         let key = SessionKey::new(request.app_name, request.user_id, id);
         let now = now_micros();
-        let expires_at = request.ttl.or(self.config.default_ttl).map(|ttl| ttl_deadline(now, ttl)).transpose()?;
+        let expires_at = self
+            .policy
+            .effective_ttl(request.ttl.or(self.config.default_ttl))
+            .map(|ttl| ttl_deadline(now, ttl))
+            .transpose()?;
 
         let mut tables = self.tables();
+        // An expired session's id is free at once: it is replaced.
+        if tables.sessions.get(&key).is_some_and(|s| !s.is_live(now)) {
+            tables.sessions.remove(&key);
+        }
         if tables.sessions.contains_key(&key) {
             return match request.on_existing {
                 OnExisting::ReturnExisting => {
@@ -166,6 +188,7 @@ impl SessionStore for InMemoryStore {
         tables.sessions.insert(
             key.clone(),
             StoredSession {
+                initial_state: scoped.session.clone(),
                 state: scoped.session,
                 events: Vec::new(),
                 last_seq: 0,
@@ -250,9 +273,8 @@ impl SessionStore for InMemoryStore {
         if stored.closed_at.is_some() {
             return Err(StoreError::SessionClosed { key: key.clone(), successor: stored.successor.clone() });
         }
-        if let Some(max_lifetime) = self.config.max_session_lifetime
-            && ttl_deadline(stored.created_at, max_lifetime).is_ok_and(|end| end <= now)
-        {
+        let max_lifetime = self.policy.effective_lifetime(self.config.max_session_lifetime);
+        if ttl_deadline(stored.created_at, max_lifetime).is_ok_and(|end| end <= now) {
             return Err(StoreError::LifetimeExceeded { key: key.clone(), max_lifetime });
         }
         if let Some(expected) = options.expected_version
@@ -294,13 +316,18 @@ impl SessionStore for InMemoryStore {
         let old =
             tables.sessions.get(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
         if old.closed_at.is_some() {
+            // A retry whose first reply was lost finds its own rollover done.
+            if old.successor.as_ref() == Some(&successor_id) {
+                return Self::load(&tables, &successor, GetOptions::default());
+            }
             return Err(StoreError::SessionClosed { key: key.clone(), successor: old.successor.clone() });
         }
         if tables.sessions.contains_key(&successor) {
             return Err(StoreError::AlreadyExists(successor));
         }
         let state = old.state.clone();
-        let expires_at = self.config.default_ttl.map(|ttl| ttl_deadline(now, ttl)).transpose()?;
+        let expires_at =
+            self.policy.effective_ttl(self.config.default_ttl).map(|ttl| ttl_deadline(now, ttl)).transpose()?;
         if let Some(old) = tables.sessions.get_mut(key) {
             old.closed_at = Some(now);
             old.successor = Some(successor_id);
@@ -309,6 +336,7 @@ impl SessionStore for InMemoryStore {
         tables.sessions.insert(
             successor.clone(),
             StoredSession {
+                initial_state: state.clone(),
                 state,
                 events: vec![summary],
                 last_seq: 1,
@@ -339,6 +367,11 @@ impl SessionStore for InMemoryStore {
         let mut tables = self.tables();
         let stored =
             tables.sessions.get_mut(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        // Already at the target (a retry whose first reply was lost, or a
+        // rewind to the current version): nothing to do, and a success.
+        if keep == stored.last_seq {
+            return Self::load(&tables, key, GetOptions::default());
+        }
         if let Some(expected) = expected_version
             && expected != stored.last_seq
         {
@@ -348,7 +381,7 @@ impl SessionStore for InMemoryStore {
             return Err(StoreError::invalid("keep", format!("the session has only {} events", stored.last_seq)));
         }
         stored.events.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
-        let mut state = State::new();
+        let mut state = stored.initial_state.clone();
         for event in &stored.events {
             let scoped = ScopedState::split("event.actions.state_delta", &event.actions.state_delta)?;
             apply_delta(&mut state, &scoped.session);

@@ -31,13 +31,24 @@ fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
     Wrapper::establish(database_url).map_err(MigrationError::Connect)
 }
 
-/// Applies every pending migration; returns the versions applied, oldest first.
+/// Applies every pending migration, then makes the event partitions the
+/// store policy asks for (today through today + `premake_days`, UTC) that
+/// are missing, so a new database takes appends at once, before any
+/// maintenance has run. Returns the versions applied, oldest first.
 pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
+        use diesel::connection::SimpleConnection;
         let mut conn = connect(&url)?;
-        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
-        Ok(applied.iter().map(MigrationVersion::to_string).collect())
+        let applied: Vec<String> = conn
+            .run_pending_migrations(MIGRATIONS)
+            .map_err(|e| MigrationError::Apply(e.to_string()))?
+            .iter()
+            .map(MigrationVersion::to_string)
+            .collect();
+        conn.batch_execute("SELECT adk_premake_event_partitions()")
+            .map_err(|e| MigrationError::Apply(format!("making today's event partitions: {e}")))?;
+        Ok(applied)
     })
     .await?
 }

@@ -38,6 +38,7 @@ diesel::table! {
         expires_at -> Nullable<Timestamptz>,
         closed_at -> Nullable<Timestamptz>,
         successor_id -> Nullable<Text>,
+        initial_state -> Jsonb,
     }
 }
 

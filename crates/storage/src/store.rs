@@ -7,6 +7,7 @@
 //! partition is read), and `list` and `delete` are one each. None of them
 //! opens an explicit transaction: each statement is atomic on its own.
 
+use std::future::Future;
 use std::time::Duration;
 
 use adk_postgres_domain::event::timestamp_to_nanos;
@@ -18,11 +19,11 @@ use adk_postgres_domain::{
 };
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
+use diesel::QueryableByName;
 use diesel::data_types::PgInterval;
 use diesel::deserialize::FromSql;
 use diesel::pg::{Pg, PgValue};
-use diesel::sql_types::{BigInt, Date, Jsonb, Nullable, Text, Timestamptz};
-use diesel::{OptionalExtension, QueryableByName};
+use diesel::sql_types::{BigInt, Date, Interval, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
@@ -153,27 +154,25 @@ FROM adk_list_sessions";
 const DELETE_SQL: &str = "SELECT * FROM adk_delete_session";
 
 const APPEND_SQL: &str = "\
-SELECT outcome, seq, session_day, updated_at, payload, successor_id
+SELECT outcome, seq, updated_at, payload, successor_id, max_lifetime
 FROM adk_append_event";
 
-const ROLLOVER_SQL: &str = "\
-SELECT outcome, state, created_at, updated_at, expires_at, successor_id
-FROM adk_rollover_session";
+const ROLLOVER_SQL: &str = "SELECT outcome, successor_id FROM adk_rollover_session";
 
 #[derive(QueryableByName)]
 struct RolloverRow {
     #[diesel(sql_type = Text)]
     outcome: String,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    state: Option<Value>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    created_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    updated_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<Text>)]
     successor_id: Option<String>,
+}
+
+const PREMAKE_SQL: &str = "SELECT adk_premake_event_partitions AS made FROM adk_premake_event_partitions";
+
+#[derive(QueryableByName)]
+struct PremadeRow {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    made: i32,
 }
 
 const FIND_SQL: &str = "SELECT app_name, user_id FROM adk_find_sessions";
@@ -289,6 +288,10 @@ struct AppendRow {
     payload: Option<Value>,
     #[diesel(sql_type = Nullable<Text>)]
     successor_id: Option<String>,
+    /// The lifetime a `too_old` session was held to: the policy's, or the
+    /// client's shorter one.
+    #[diesel(sql_type = Nullable<Interval>)]
+    max_lifetime: Option<PgInterval>,
 }
 
 /// Stored JSON that is not an object means someone wrote to the tables
@@ -300,6 +303,32 @@ fn stored_state(which: &str, value: Option<Value>) -> Result<State, StoreError> 
 
 fn stored_event(payload: Value) -> Result<Event, StoreError> {
     Event::from_value(payload).map_err(|e| StoreError::Database { message: format!("stored event is corrupt: {e}") })
+}
+
+/// The row of a statement read to its end, or none. Every statement is read
+/// with `load`, never diesel-async's `get_result`/`first`: those return on
+/// the first row and drop the stream before PostgreSQL's ReadyForQuery, and
+/// an autocommit statement commits only then, so a failed commit (or a
+/// connection lost at that moment) would go unseen and an append that never
+/// committed would be acknowledged.
+fn single<T>(rows: Vec<T>) -> Option<T> {
+    rows.into_iter().next()
+}
+
+/// The one row a store function always returns.
+fn only_row<T>(rows: Vec<T>, function: &str) -> Result<T, StoreError> {
+    single(rows).ok_or_else(|| StoreError::Database { message: format!("{function} returned no row") })
+}
+
+/// An interval read as exact time, a day as 24 hours and a month as 30
+/// days, the way the SQL functions read the policy.
+fn duration_of(interval: PgInterval) -> Duration {
+    const DAY_MICROS: i64 = 24 * 3600 * 1_000_000;
+    let micros = interval
+        .microseconds
+        .saturating_add(i64::from(interval.days).saturating_mul(DAY_MICROS))
+        .saturating_add(i64::from(interval.months).saturating_mul(30 * DAY_MICROS));
+    Duration::from_micros(u64::try_from(micros).unwrap_or_default())
 }
 
 fn version(seq: i64) -> u64 {
@@ -356,15 +385,48 @@ impl PgSessionStore {
         &self.config
     }
 
+    /// Runs a write that may need today's event partition; when the
+    /// partition is missing, makes the policy's partitions (through the
+    /// narrow `adk_premake_event_partitions`, which runs as the tables' owner)
+    /// and runs it once more. A new database or a store running as a
+    /// service role never needs `adk-pg maintain` before its first append;
+    /// a day the policy does not premake stays a loud `PartitionMissing`.
+    async fn with_partition<T, F, Fut>(&self, mut write: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        match write().await {
+            Err(missing @ StoreError::PartitionMissing { .. }) => {
+                let premade = with_retries!(self, |conn| Call::new(PREMAKE_SQL)
+                    .load::<PremadeRow>(&mut conn)
+                    .await
+                    .map_err(|e| from_diesel(e, "state")));
+                match premade {
+                    Ok(rows) => {
+                        let made = single(rows).map_or(0, |r| r.made);
+                        tracing::info!(%missing, made, "made missing event partitions");
+                        write().await
+                    }
+                    Err(e) => {
+                        tracing::warn!(%missing, error = %e, "could not make the missing event partition");
+                        Err(missing)
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+
     async fn load_session(&self, key: &SessionKey) -> Result<Option<SessionRow>, StoreError> {
         with_retries!(self, |conn| Call::new(SESSION_SQL)
             .arg(Arg::OptText(self.tenant_for(&key.app_name)))
             .arg(Arg::Text(key.app_name.as_str()))
             .arg(Arg::Text(key.user_id.as_str()))
             .arg(Arg::Text(key.session_id.as_str()))
-            .get_result::<SessionRow>(&mut conn)
+            .load::<SessionRow>(&mut conn)
             .await
-            .optional()
+            .map(single)
             .map_err(|e| from_diesel(e, "state")))
     }
 }
@@ -390,9 +452,9 @@ impl SessionStore for PgSessionStore {
             .arg(Arg::OptInterval(ttl))
             .arg(Arg::Json(&user_json))
             .arg(Arg::Json(&app_json))
-            .get_result::<CreatedRow>(&mut conn)
+            .load::<CreatedRow>(&mut conn)
             .await
-            .optional()
+            .map(single)
             .map_err(|e| from_diesel(e, "state")))?;
         let Some(row) = created else {
             return match request.on_existing {
@@ -537,24 +599,29 @@ impl SessionStore for PgSessionStore {
         let user_delta = to_json(prepared.delta.user);
         let app_delta = to_json(prepared.delta.app);
 
-        let row = with_retries!(self, |conn| Call::new(APPEND_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .arg(Arg::Text(event.id.as_str()))
-            .arg(Arg::OptText(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty())))
-            .arg(Arg::Text(event.author.as_str()))
-            .arg(Arg::BigInt(prepared.event_ts))
-            .arg(Arg::Json(&prepared.payload))
-            .arg(Arg::Json(&session_delta))
-            .arg(Arg::Json(&user_delta))
-            .arg(Arg::Json(&app_delta))
-            .arg(Arg::OptBigInt(expected))
-            .arg(Arg::OptInterval(max_lifetime))
-            .get_result::<AppendRow>(&mut conn)
-            .await
-            .map_err(|e| from_diesel(e, DELTA_FIELD)))?;
+        let row = self
+            .with_partition(|| async {
+                with_retries!(self, |conn| Call::new(APPEND_SQL)
+                    .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+                    .arg(Arg::Text(key.app_name.as_str()))
+                    .arg(Arg::Text(key.user_id.as_str()))
+                    .arg(Arg::Text(key.session_id.as_str()))
+                    .arg(Arg::Text(event.id.as_str()))
+                    .arg(Arg::OptText(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty())))
+                    .arg(Arg::Text(event.author.as_str()))
+                    .arg(Arg::BigInt(prepared.event_ts))
+                    .arg(Arg::Json(&prepared.payload))
+                    .arg(Arg::Json(&session_delta))
+                    .arg(Arg::Json(&user_delta))
+                    .arg(Arg::Json(&app_delta))
+                    .arg(Arg::OptBigInt(expected))
+                    .arg(Arg::OptInterval(max_lifetime))
+                    .load::<AppendRow>(&mut conn)
+                    .await
+                    .map_err(|e| from_diesel(e, DELTA_FIELD))
+                    .and_then(|rows| only_row(rows, "adk_append_event")))
+            })
+            .await?;
         let seq = row.seq.map(version);
         match row.outcome.as_str() {
             "stored" => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
@@ -577,7 +644,7 @@ impl SessionStore for PgSessionStore {
             }),
             "too_old" => Err(StoreError::LifetimeExceeded {
                 key: key.clone(),
-                max_lifetime: self.config.max_session_lifetime.unwrap_or_default(),
+                max_lifetime: row.max_lifetime.map(duration_of).unwrap_or_default(),
             }),
             other => {
                 Err(StoreError::Database { message: format!("adk_append_event returned unknown outcome {other:?}") })
@@ -595,41 +662,32 @@ impl SessionStore for PgSessionStore {
         let (summary, prepared) = summary.prepare_summary()?;
         let ttl = self.config.default_ttl.map(|ttl| interval("ttl", ttl)).transpose()?;
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
-        let row = with_retries!(self, |conn| Call::new(ROLLOVER_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .arg(Arg::Text(successor.session_id.as_str()))
-            .arg(Arg::Text(summary.id.as_str()))
-            .arg(Arg::OptText(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty())))
-            .arg(Arg::Text(summary.author.as_str()))
-            .arg(Arg::BigInt(prepared.event_ts))
-            .arg(Arg::Json(&prepared.payload))
-            .arg(Arg::OptInterval(ttl))
-            .get_result::<RolloverRow>(&mut conn)
-            .await
-            .map_err(|e| from_diesel(e, "state")))?;
+        let row = self
+            .with_partition(|| async {
+                with_retries!(self, |conn| Call::new(ROLLOVER_SQL)
+                    .arg(Arg::OptText(self.tenant_for(&key.app_name)))
+                    .arg(Arg::Text(key.app_name.as_str()))
+                    .arg(Arg::Text(key.user_id.as_str()))
+                    .arg(Arg::Text(key.session_id.as_str()))
+                    .arg(Arg::Text(successor.session_id.as_str()))
+                    .arg(Arg::Text(summary.id.as_str()))
+                    .arg(Arg::OptText(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty())))
+                    .arg(Arg::Text(summary.author.as_str()))
+                    .arg(Arg::BigInt(prepared.event_ts))
+                    .arg(Arg::Json(&prepared.payload))
+                    .arg(Arg::OptInterval(ttl))
+                    .load::<RolloverRow>(&mut conn)
+                    .await
+                    .map_err(|e| from_diesel(e, "state"))
+                    .and_then(|rows| only_row(rows, "adk_rollover_session")))
+            })
+            .await?;
         match row.outcome.as_str() {
-            "rolled" => {
-                let session_state = stored_state("session state", row.state)?;
-                let mut session = Session {
-                    key: successor,
-                    state: session_state,
-                    events: vec![summary],
-                    version: 1,
-                    last_update_time: row.updated_at.unwrap_or_else(Utc::now),
-                    created_at: row.created_at.unwrap_or_else(Utc::now),
-                    expires_at: row.expires_at,
-                    closed_at: None,
-                    successor: None,
-                };
-                // The successor shares app and user state with its
-                // predecessor; one more read returns it merged and live.
-                let live = self.get(&session.key, GetOptions { num_recent_events: Some(0), after: None }).await?;
-                session.state = live.state;
-                Ok(session)
-            }
+            // Also the answer to a retry whose first reply was lost: the
+            // session is already closed with this very successor. The
+            // successor is read whole, as it is now, with live app and user
+            // state.
+            "rolled" => self.get(&successor, GetOptions::default()).await,
             "not_found" => Err(StoreError::NotFound(key.clone())),
             "closed" => Err(StoreError::SessionClosed {
                 key: key.clone(),
@@ -681,9 +739,10 @@ impl SessionStore for PgSessionStore {
             .arg(Arg::Text(key.session_id.as_str()))
             .arg(Arg::BigInt(keep_seq))
             .arg(Arg::OptBigInt(expected))
-            .get_result::<RewindRow>(&mut conn)
+            .load::<RewindRow>(&mut conn)
             .await
-            .map_err(|e| from_diesel(e, "state")))?;
+            .map_err(|e| from_diesel(e, "state"))
+            .and_then(|rows| only_row(rows, "adk_rewind_session")))?;
         let current = row.seq.map(version).unwrap_or_default();
         match row.outcome.as_str() {
             "rewound" => self.get(key, GetOptions::default()).await,
