@@ -3,7 +3,7 @@
 -- premade ahead all live in one row that the SQL functions and maintenance
 -- read. A client's setting may only tighten it. Durations are read with a
 -- day as 24 hours and a month as 30 days (adk_policy_seconds), so nothing
--- depends on the server's TimeZone. See docs/ARCHITECTURE.md "Policy".
+-- depends on the server's TimeZone. See README "Policy and maintenance".
 
 CREATE TABLE adk_store_policy (
     id                   boolean     NOT NULL DEFAULT true,

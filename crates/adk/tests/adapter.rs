@@ -168,8 +168,10 @@ async fn a_rewound_session_reads_back_exactly_from_a_new_store_instance() {
         assert_eq!(serde_json::to_value(back).unwrap(), serde_json::to_value(original).unwrap());
     }
     let expected: HashMap<String, Value> =
-        [("n", json!(2)), ("user:pref", json!("coffee")), ("app:v", json!(1))].map(|(k, v)| (k.to_owned(), v)).into();
-    assert_eq!(session.state().all(), expected, "seed state is not an event's, so rewind drops it (adk semantics)");
+        [("seed", json!(true)), ("n", json!(2)), ("user:pref", json!("coffee")), ("app:v", json!(1))]
+            .map(|(k, v)| (k.to_owned(), v))
+            .into();
+    assert_eq!(session.state().all(), expected, "the state it was created with + the kept events' deltas");
 }
 
 #[tokio::test]
