@@ -2,22 +2,10 @@
 //! `adk_session::SessionService` on the adk-postgres store, so an
 //! `adk-runner` `Runner` keeps its conversations in PostgreSQL unchanged.
 //!
-//! ```no_run
-//! # use std::sync::Arc;
-//! # use adk_core::Content;
-//! # async fn demo(url: String, agent: Arc<dyn adk_core::Agent>) -> Result<(), Box<dyn std::error::Error>> {
-//! use adk_postgres_adk::PgSessionService;
-//! use adk_runner::Runner;
-//! use adk_session::{CreateRequest, SessionService};
-//!
-//! adk_postgres_adk::migrate(&url).await?; // once, at deploy or start-up
-//! let sessions = Arc::new(PgSessionService::connect(&url).await?);
-//! let runner = Runner::builder().app_name("support").agent(agent).session_service(sessions.clone()).build()?;
-//! let request = CreateRequest { app_name: "support".into(), user_id: "u-42".into(), session_id: None, state: Default::default() };
-//! let session = sessions.create(request).await?;
-//! let events = runner.run_str("u-42", session.id(), Content::new("user").with_text("Where is my order?")).await?;
-//! # drop(events); Ok(()) }
-//! ```
+//! The README's "Use with adk-rust" snippet is `examples/quickstart.rs`
+//! (migrate, connect, run a turn through a `Runner`, read it back, list,
+//! rewind); `tests/readme_path.rs` keeps the two identical and runs it on an
+//! empty database.
 //!
 //! # What this crate owns, and what it does not
 //!
