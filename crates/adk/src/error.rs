@@ -47,6 +47,9 @@ pub mod codes {
     /// No event partition for the session's day: partition maintenance has
     /// not run (`adk-pg maintain`). Category `Unavailable`.
     pub const PARTITION_MISSING: &str = "session.partition_missing";
+    /// Too many callers queued for a database connection. Category
+    /// `Unavailable`, retryable.
+    pub const OVERLOADED: &str = "session.overloaded";
     /// A lock or statement timeout; retryable.
     pub const TIMEOUT: &str = "session.timeout";
     /// A serialization failure or deadlock; retryable.
@@ -122,6 +125,7 @@ fn classify(error: &StoreError) -> (ErrorCategory, &'static str, &'static str) {
         StoreError::Conflict { .. } => (C::Unavailable, codes::CONFLICT, "conflict"),
         StoreError::PermissionDenied { .. } => (C::Forbidden, codes::FORBIDDEN, "permission_denied"),
         StoreError::Unavailable { .. } => (C::Unavailable, codes::UNAVAILABLE, "unavailable"),
+        StoreError::Overloaded { .. } => (C::Unavailable, codes::OVERLOADED, "overloaded"),
         StoreError::Database { .. } => (C::Internal, codes::DATABASE, "database"),
         // StoreError is non-exhaustive: a variant added later is reported,
         // not hidden, until it gets a mapping of its own.

@@ -57,6 +57,11 @@ pub enum StoreError {
     /// retry (appends are idempotent by event id).
     #[error("database unavailable, retry: {message}")]
     Unavailable { message: String },
+    /// More callers were queued for a database connection than the store
+    /// admits, or one waited longer than the pool's checkout timeout behind
+    /// them; nothing was sent. Safe to retry, best after a pause.
+    #[error("the store is overloaded: {waiting} callers were waiting for a connection, this one for {waited:?}")]
+    Overloaded { waiting: usize, waited: Duration },
     /// Anything else the database reported.
     #[error("database error: {message}")]
     Database { message: String },
@@ -69,6 +74,9 @@ impl StoreError {
 
     /// Whether retrying the same call may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. } | Self::Conflict { .. })
+        matches!(
+            self,
+            Self::Unavailable { .. } | Self::Timeout { .. } | Self::Conflict { .. } | Self::Overloaded { .. }
+        )
     }
 }

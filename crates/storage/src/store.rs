@@ -102,6 +102,9 @@ macro_rules! with_retries {
     ($store:expr, |$conn:ident| $query:expr) => {{
         let mut retry = ConflictRetry::default();
         loop {
+            // Declared first so it is released last, after the connection
+            // went back to the pool.
+            let _turn = $store.gate.enter().await?;
             let mut $conn = $store.pool.get().await.map_err(from_pool)?;
             let result = $query;
             if matches!(result, Err(StoreError::Unavailable { .. })) {
@@ -114,10 +117,64 @@ macro_rules! with_retries {
     }};
 }
 
+/// Hands out turns at the pool in arrival order. bb8 wakes one waiter when a
+/// connection comes back, but a caller arriving in between can take it
+/// first, so under a crowd some waiters starve past the checkout timeout
+/// although the average wait is short. A FIFO semaphore with one permit per
+/// connection in front of `get` makes every wait bounded by the queue ahead.
+#[derive(Debug)]
+struct FairGate {
+    turns: tokio::sync::Semaphore,
+    /// Longest a caller queues before `Overloaded`: the pool's own checkout
+    /// timeout, so the gate never waits longer than bb8 would have.
+    patience: Duration,
+    /// Callers queued beyond this get `Overloaded` at once instead of
+    /// queueing; far above any sane crowd, it only bounds memory.
+    max_waiting: usize,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// A caller's turn; the next caller in line goes when it is dropped.
+type Turn<'a> = tokio::sync::SemaphorePermit<'a>;
+
+impl FairGate {
+    fn new(pool: &PgPool) -> Self {
+        let config = pool.config();
+        Self {
+            turns: tokio::sync::Semaphore::new(usize::try_from(config.max_size).unwrap_or(1).max(1)),
+            patience: config.connection_timeout,
+            max_waiting: 100_000,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    async fn enter(&self) -> Result<Turn<'_>, StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Ok(turn) = self.turns.try_acquire() {
+            return Ok(turn);
+        }
+        let ahead = self.waiting.fetch_add(1, Relaxed);
+        let started = tokio::time::Instant::now();
+        let outcome = if ahead >= self.max_waiting {
+            None
+        } else {
+            // Cancelling a semaphore wait is harmless: nothing was sent.
+            tokio::time::timeout(self.patience, self.turns.acquire()).await.ok()
+        };
+        self.waiting.fetch_sub(1, Relaxed);
+        match outcome {
+            Some(Ok(turn)) => Ok(turn),
+            Some(Err(_closed)) => Err(StoreError::Unavailable { message: "the store is shut down".into() }),
+            None => Err(StoreError::Overloaded { waiting: ahead + 1, waited: started.elapsed() }),
+        }
+    }
+}
+
 /// The Postgres session store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct PgSessionStore {
     pool: PgPool,
+    gate: std::sync::Arc<FairGate>,
     config: StoreConfig,
     tenant: TenantScope,
 }
@@ -345,7 +402,8 @@ fn to_json(state: State) -> Value {
 
 impl PgSessionStore {
     pub fn new(pool: PgPool, config: StoreConfig) -> Self {
-        Self { pool, config, tenant: TenantScope::Off }
+        let gate = std::sync::Arc::new(FairGate::new(&pool));
+        Self { pool, gate, config, tenant: TenantScope::Off }
     }
 
     /// The same store acting for `tenant` (see [`TenantScope`]). The app is
