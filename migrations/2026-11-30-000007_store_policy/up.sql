@@ -53,10 +53,12 @@ CREATE TRIGGER adk_store_policy_guard BEFORE UPDATE OR DELETE ON adk_store_polic
     FOR EACH ROW EXECUTE FUNCTION adk_store_policy_guard();
 
 -- An interval as an exact number of seconds (a day is 24 hours, a month 30
--- days), so `timestamptz + interval` never depends on TimeZone or DST.
+-- days, so a year 360), so `timestamptz + interval` never depends on
+-- TimeZone or DST. extract(epoch) counts a year as 365.25 days; the
+-- correction makes it agree with the Rust reading of the same row.
 CREATE FUNCTION adk_policy_seconds(d interval) RETURNS interval
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN make_interval(secs => extract(epoch FROM d));
+    RETURN make_interval(secs => extract(epoch FROM d) - extract(year FROM d) * 5.25 * 86400);
 
 -- What maintenance did, or why it did not: failed runs are recorded too, and
 -- days kept past their retention say which live sessions held them.

@@ -4,12 +4,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use adk_postgres_domain::{AppendOptions, Event, SessionStore};
-use adk_postgres_retention::{HealthThresholds, MaintenanceConfig, health, run_maintenance};
+use adk_postgres_domain::{
+    AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError, StorePolicy,
+};
+use adk_postgres_retention::{HealthThresholds, LockPolicy, MaintenanceConfig, OpsError, health, run_maintenance};
+use adk_postgres_storage::set_policy;
 use adk_postgres_testing::{Cluster, start_throwaway_cluster, test_database, test_database_on};
-use adk_postgres_tests::pg::{client, new_session, store};
+use adk_postgres_tests::pg::{client, new_session, store, store_with};
 use chrono::{Days, NaiveDate, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use serde_json::Value;
 use tokio_postgres::Client;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
 
 fn day(text: &str) -> NaiveDate {
     NaiveDate::parse_from_str(text, "%Y-%m-%d").expect("day")
@@ -84,12 +91,15 @@ async fn premakes_from_the_clock_and_fills_gaps() {
 }
 
 /// Sessions and events on `day`, written behind the store's back so the
-/// day can be in the past.
+/// day can be in the past; the sessions were created and last active at
+/// noon (UTC) of that day.
 async fn seed_day(sql: &Client, day: NaiveDate, sessions: i32, events_per_session: i32) {
     sql.execute("SELECT adk_ensure_event_partition($1)", &[&day]).await.expect("partition");
     sql.execute(
-        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq)
-         SELECT 'app', 'user', $1::date::text || '-' || s, $1, $3::int FROM generate_series(1, $2) s",
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq, created_at, updated_at)
+         SELECT 'app', 'user', $1::date::text || '-' || s, $1, $3::int,
+                ($1::date + time '12:00') AT TIME ZONE 'UTC', ($1::date + time '12:00') AT TIME ZONE 'UTC'
+         FROM generate_series(1, $2) s",
         &[&day, &sessions, &events_per_session],
     )
     .await
@@ -97,7 +107,8 @@ async fn seed_day(sql: &Client, day: NaiveDate, sessions: i32, events_per_sessio
     sql.execute(
         "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
          SELECT 'app', 'user', $1::date::text || '-' || s, $1, n, 'e' || n, 'agent', n,
-                jsonb_build_object('id', 'e' || n, 'text', repeat(md5(s::text || n::text), 4))
+                jsonb_build_object('id', 'e' || n, 'author', 'agent', 'timestamp', $1::date::text || 'T12:00:00Z',
+                                   'text', repeat(md5(s::text || n::text), 4))
          FROM generate_series(1, $2) s, generate_series(1, $3) n",
         &[&day, &sessions, &events_per_session],
     )
@@ -185,9 +196,9 @@ async fn dropping_a_day_writes_under_one_percent_of_the_wal_of_deleting_it() {
     seed_day(&sql, dropped_day, 20, 5000).await;
     // Premake first (keeping everything), so the measured run only retires
     // days; settle the tables so autovacuum has nothing to write meanwhile.
-    run_maintenance(db.url(), today, &MaintenanceConfig { retention_days: 1000, ..Default::default() })
-        .await
-        .expect("premake");
+    sql.batch_execute("UPDATE adk_store_policy SET retention = interval '1000 days'").await.expect("keep all");
+    run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("premake");
+    sql.batch_execute("UPDATE adk_store_policy SET retention = interval '30 days'").await.expect("default again");
     sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions").await.expect("vacuum");
     for d in [deleted_day, dropped_day] {
         sql.batch_execute(&format!("ALTER TABLE adk_events_p{} SET (autovacuum_enabled = off)", d.format("%Y%m%d")))
@@ -357,4 +368,349 @@ async fn health_alerts_when_few_partitions_are_ahead() {
     let thin = health(db.url(), today, &thresholds).await.expect("health");
     assert_eq!(thin.partitions_ahead, 2);
     assert!(thin.alerts.iter().any(|a| a.contains("only 2 future")), "{:?}", thin.alerts);
+}
+
+fn name(d: NaiveDate) -> String {
+    format!("adk_events_p{}", d.format("%Y%m%d"))
+}
+
+fn names(list: &[NaiveDate]) -> Vec<String> {
+    list.iter().copied().map(name).collect()
+}
+
+async fn change_policy(url: &str, policy: StorePolicy) {
+    let mut conn = AsyncPgConnection::establish(url).await.expect("connect");
+    set_policy(&mut conn, &policy).await.expect("set the policy");
+}
+
+/// outcome, error and kept_days of the latest recorded run.
+async fn latest_run(sql: &Client) -> (String, Option<String>, Value) {
+    let row = sql
+        .query_one("SELECT outcome, error, kept_days FROM adk_maintenance_runs ORDER BY run_id DESC LIMIT 1", &[])
+        .await
+        .expect("latest run");
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_follows_the_policy_in_the_database() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    drop_all_partitions(&sql).await;
+    let today = day("2030-03-01");
+    for back in 0..=30 {
+        seed_day(&sql, plus(today, -back), 1, 2).await;
+    }
+    let config = MaintenanceConfig::default();
+
+    // The default policy (7 + 30 days) keeps every seeded day.
+    let first = run_maintenance(db.url(), today, &config).await.expect("default policy");
+    assert!(first.dropped.is_empty(), "{first:?}");
+    assert_eq!(first.retire_before, Some(plus(today, -37)));
+    assert_eq!(first.created, days(plus(today, 1), plus(today, 7)));
+
+    // Lowered retention: days before today - 17 go, with their sessions.
+    change_policy(db.url(), StorePolicy { retention: DAY * 10, premake_days: 3, ..StorePolicy::default() }).await;
+    let lowered = run_maintenance(db.url(), today, &config).await.expect("lowered retention");
+    assert_eq!(lowered.retire_before, Some(plus(today, -17)));
+    assert_eq!(lowered.dropped, names(&days(plus(today, -30), plus(today, -18))));
+    assert_eq!(lowered.sessions_deleted, 13);
+    assert!(lowered.created.is_empty() && lowered.kept.is_empty(), "{lowered:?}");
+    let policy = lowered.policy.expect("the policy the run used");
+    assert_eq!((policy.retention_secs, policy.premake_days), (10 * 86_400, 3));
+
+    // Raised retention: five days later nothing more goes (the lowered
+    // policy would have retired five more days by then).
+    change_policy(db.url(), StorePolicy { retention: DAY * 40, premake_days: 3, ..StorePolicy::default() }).await;
+    let later = plus(today, 5);
+    let raised = run_maintenance(db.url(), later, &config).await.expect("raised retention");
+    assert!(raised.dropped.is_empty() && raised.sessions_deleted == 0, "{raised:?}");
+    assert_eq!(raised.retire_before, Some(plus(later, -47)));
+    assert_eq!(raised.created, vec![plus(today, 8)], "premake follows the policy's three days");
+    assert_eq!(partition_days(&sql).await, days(plus(today, -17), plus(today, 8)));
+    let sessions: i64 = sql.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
+    assert_eq!(sessions, 18);
+}
+
+/// A conversation created today through the store, with `events` appends,
+/// whose last activity is then moved to noon of `last_active` (simulated
+/// time: it went on talking until then).
+async fn conversation(
+    store: &dyn SessionStore,
+    sql: &Client,
+    user: &str,
+    events: usize,
+    last_active: NaiveDate,
+) -> SessionKey {
+    let key = new_session(store, "app", user).await;
+    for _ in 0..events {
+        store.append(&key, Event::new("agent"), AppendOptions::default()).await.expect("append");
+    }
+    sql.execute(
+        "UPDATE adk_sessions SET updated_at = ($1::date + time '12:00') AT TIME ZONE 'UTC' WHERE session_id = $2",
+        &[&last_active, &key.session_id.as_str()],
+    )
+    .await
+    .expect("simulate later activity");
+    key
+}
+
+async fn events_of_day(sql: &Client, d: NaiveDate) -> i64 {
+    sql.query_one("SELECT count(*) FROM adk_events WHERE session_day = $1", &[&d]).await.expect("count").get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_day_with_a_live_session_is_kept_and_alerted_until_it_goes_quiet() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let config = MaintenanceConfig::default();
+    let thresholds = HealthThresholds::default();
+    let today = Utc::now().date_naive();
+    run_maintenance(db.url(), today, &config).await.expect("premake");
+    // The run is six days from now; the conversation talked until the day
+    // before it, under the policy of the time. A quiet day sits next to it.
+    let run_day = plus(today, 6);
+    let key = conversation(&store, &sql, "live", 5, plus(run_day, -1)).await;
+    let yesterday = plus(today, -1);
+    seed_day(&sql, yesterday, 2, 3).await;
+    let before = day_fingerprints(&sql).await;
+
+    // Then the policy is lowered: today is now past lifetime + retention.
+    change_policy(
+        db.url(),
+        StorePolicy { max_session_lifetime: DAY * 2, retention: DAY * 3, ..StorePolicy::default() },
+    )
+    .await;
+    let report = run_maintenance(db.url(), run_day, &config).await.expect("maintenance");
+    assert_eq!(report.retire_before, Some(plus(today, 1)));
+    assert_eq!(report.dropped, vec![name(yesterday)], "the quiet day goes, the live one stays");
+    assert_eq!(report.sessions_deleted, 2);
+    assert_eq!(report.kept.len(), 1, "{report:?}");
+    let kept = &report.kept[0];
+    assert_eq!((kept.day, kept.partition.clone(), kept.open_sessions), (today, Some(name(today)), 1));
+
+    // Its events and its session row are intact.
+    let session = store.get(&key, GetOptions::default()).await.expect("the kept conversation");
+    assert_eq!(session.events.len(), 5);
+    let kept_before: Vec<_> = before.into_iter().filter(|(d, _, _)| *d == today).collect();
+    assert_eq!(day_fingerprints(&sql).await, kept_before);
+
+    // The run says which day it kept and why.
+    let (outcome, error, kept_days) = latest_run(&sql).await;
+    assert_eq!((outcome.as_str(), error), ("ok", None));
+    assert_eq!(kept_days[0]["day"], today.to_string());
+    assert_eq!(kept_days[0]["open_sessions"], 1);
+    let last_active = kept_days[0]["last_active"].as_str().unwrap_or_default();
+    assert!(last_active.starts_with(&plus(run_day, -1).to_string()), "{kept_days}");
+    assert!(kept_days[0]["reason"].as_str().is_some_and(|r| r.contains("open session")), "{kept_days}");
+
+    // Health alerts, and keeps alerting while the day stays.
+    let alerting = health(db.url(), run_day, &thresholds).await.expect("health");
+    assert!(!alerting.is_healthy());
+    assert_eq!(alerting.overdue_partitions.len(), 1, "{alerting:?}");
+    assert!(alerting.alerts.iter().any(|a| a.contains(&name(today)) && a.contains("kept")), "{:?}", alerting.alerts);
+    let again = run_maintenance(db.url(), run_day, &config).await.expect("same day again");
+    assert_eq!(again.kept.len(), 1);
+    assert!(!health(db.url(), run_day, &thresholds).await.expect("health").is_healthy());
+
+    // Time passes: idle for the whole retention, the day is retired and the alert clears.
+    let quiet = plus(run_day, 3);
+    let retired = run_maintenance(db.url(), quiet, &config).await.expect("later");
+    assert!(retired.dropped.contains(&name(today)), "{retired:?}");
+    assert!(retired.kept.is_empty());
+    assert_eq!(retired.sessions_deleted, 1);
+    let cleared = health(db.url(), quiet, &thresholds).await.expect("health");
+    assert!(cleared.is_healthy(), "{:?}", cleared.alerts);
+    assert!(matches!(store.get(&key, GetOptions::default()).await, Err(StoreError::NotFound(_))));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_day_is_retired_once_its_sessions_close_or_expire() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let config = MaintenanceConfig::default();
+    let thresholds = HealthThresholds::default();
+    let today = Utc::now().date_naive();
+    run_maintenance(db.url(), today, &config).await.expect("premake");
+    let run_day = plus(today, 6);
+    let rolled = conversation(&store, &sql, "rolled", 2, plus(run_day, -1)).await;
+    let expiring = conversation(&store, &sql, "expiring", 2, plus(run_day, -1)).await;
+    change_policy(
+        db.url(),
+        StorePolicy { max_session_lifetime: DAY * 2, retention: DAY * 3, ..StorePolicy::default() },
+    )
+    .await;
+
+    let both = run_maintenance(db.url(), run_day, &config).await.expect("both live");
+    assert_eq!(both.kept.iter().map(|k| k.open_sessions).collect::<Vec<_>>(), vec![2]);
+
+    // Rolled over: closed. Its successor, made today, has been idle since.
+    store.rollover(&rolled, None, Event::new("summarizer")).await.expect("rollover");
+    let one = run_maintenance(db.url(), run_day, &config).await.expect("one live");
+    assert_eq!(one.kept.iter().map(|k| k.open_sessions).collect::<Vec<_>>(), vec![1]);
+    assert!(one.dropped.is_empty());
+    assert!(!health(db.url(), run_day, &thresholds).await.expect("health").is_healthy());
+
+    sql.execute(
+        "UPDATE adk_sessions SET expires_at = now() - interval '1 minute' WHERE session_id = $1",
+        &[&expiring.session_id.as_str()],
+    )
+    .await
+    .expect("expire");
+    let none = run_maintenance(db.url(), run_day, &config).await.expect("none live");
+    assert!(none.kept.is_empty(), "{none:?}");
+    assert_eq!(none.dropped, vec![name(today)]);
+    assert_eq!(events_of_day(&sql, today).await, 0);
+    let cleared = health(db.url(), run_day, &thresholds).await.expect("health");
+    assert!(cleared.is_healthy(), "{:?}", cleared.alerts);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_38_days_old_is_never_both_acknowledged_and_lost() {
+    // The default policy, and a client asking for a longer lifetime than
+    // the policy's (it may only tighten).
+    for client_lifetime in [None, Some(DAY * 60)] {
+        let db = test_database().await;
+        let sql = client(db.url()).await;
+        let today = Utc::now().date_naive();
+        let old = plus(today, -38);
+        seed_day(&sql, old, 1, 3).await;
+        let key = SessionKey::parse("app", "user", &format!("{old}-1")).expect("key");
+        let store =
+            store_with(db.url(), StoreConfig { max_session_lifetime: client_lifetime, ..StoreConfig::default() }).await;
+        assert_eq!(store.get(&key, GetOptions::default()).await.expect("seeded").events.len(), 3);
+
+        let appended = store.append(&key, Event::new("agent"), AppendOptions::default()).await;
+        let acknowledged = match &appended {
+            Ok(_) => true,
+            Err(StoreError::LifetimeExceeded { max_lifetime, .. }) => {
+                assert_eq!(*max_lifetime, DAY * 7, "the policy's lifetime applies");
+                false
+            }
+            Err(other) => panic!("an append either succeeds or is refused as too old: {other:?}"),
+        };
+        let report = run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance");
+        let after = store.get(&key, GetOptions::default()).await;
+        if acknowledged {
+            let events = after.as_ref().map(|s| s.events.len()).unwrap_or_default();
+            assert_eq!(events, 4, "an acknowledged append was lost by maintenance: {report:?}");
+        } else {
+            // Refused, so nothing new was promised; the day is past lifetime
+            // + retention and idle, so it goes.
+            assert!(report.dropped.contains(&name(old)), "{report:?}");
+            assert!(matches!(after, Err(StoreError::NotFound(_))), "{after:?}");
+        }
+    }
+}
+
+/// A transaction that read adk_events (so holds a lock on it and its
+/// partitions, and a snapshot) until the returned client commits.
+async fn reader_holding_adk_events(url: &str) -> Client {
+    let reader = client(url).await;
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM adk_events;")
+        .await
+        .expect("reader");
+    reader
+}
+
+async fn detach_pending(sql: &Client) -> bool {
+    sql.query_one(
+        "SELECT coalesce(bool_or(inhdetachpending), false) FROM pg_inherits WHERE inhparent = 'adk_events'::regclass",
+        &[],
+    )
+    .await
+    .expect("pending")
+    .get(0)
+}
+
+/// An old day, and today's partitions already made, so the run under test
+/// only has the old day to retire.
+async fn one_day_to_retire(url: &str, sql: &Client, today: NaiveDate) -> NaiveDate {
+    drop_all_partitions(sql).await;
+    let old = plus(today, -40);
+    seed_day(sql, old, 2, 3).await;
+    sql.batch_execute("UPDATE adk_store_policy SET retention = interval '1000 days'").await.expect("keep all");
+    run_maintenance(url, today, &MaintenanceConfig::default()).await.expect("premake");
+    sql.batch_execute("UPDATE adk_store_policy SET retention = interval '30 days'").await.expect("default again");
+    old
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detach_that_times_out_in_its_second_phase_is_finished_in_the_same_run() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let today = day("2030-04-01");
+    let old = one_day_to_retire(db.url(), &sql, today).await;
+
+    let reader = reader_holding_adk_events(db.url()).await;
+    // Let go after a couple of lock timeouts of the detach's second phase.
+    let watcher = client(db.url()).await;
+    let release = tokio::spawn(async move {
+        for _ in 0..500 {
+            if detach_pending(&watcher).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        reader.batch_execute("COMMIT").await.expect("end reader");
+    });
+    let config = MaintenanceConfig {
+        lock_policy: LockPolicy {
+            lock_timeout: Duration::from_millis(200),
+            attempts: 8,
+            backoff: Duration::from_millis(100),
+        },
+        ..MaintenanceConfig::default()
+    };
+    let report = run_maintenance(db.url(), today, &config).await.expect("the run finishes the detach");
+    release.await.expect("release");
+    assert_eq!(report.finalized, vec![name(old)], "finished with FINALIZE: {report:?}");
+    assert_eq!(report.detached, vec![name(old)]);
+    assert_eq!(report.dropped, vec![name(old)]);
+    assert_eq!(report.sessions_deleted, 2);
+    assert!(!detach_pending(&sql).await);
+    let left: i64 =
+        sql.query_one("SELECT count(*) FROM pg_class WHERE relname = $1", &[&name(old)]).await.expect("count").get(0);
+    assert_eq!(left, 0);
+    let (outcome, error, _) = latest_run(&sql).await;
+    assert_eq!((outcome.as_str(), error), ("ok", None));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_fails_for_good_is_recorded_and_the_next_one_finishes() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let today = day("2030-04-01");
+    let old = one_day_to_retire(db.url(), &sql, today).await;
+
+    let reader = reader_holding_adk_events(db.url()).await;
+    let impatient = MaintenanceConfig {
+        lock_policy: LockPolicy {
+            lock_timeout: Duration::from_millis(100),
+            attempts: 2,
+            backoff: Duration::from_millis(50),
+        },
+        ..MaintenanceConfig::default()
+    };
+    let err = run_maintenance(db.url(), today, &impatient).await.expect_err("the reader never lets go");
+    assert!(matches!(err, OpsError::LockTimeout { .. }), "{err:?}");
+    assert!(detach_pending(&sql).await, "the second phase timed out");
+    let (outcome, error, _) = latest_run(&sql).await;
+    assert_eq!(outcome, "failed");
+    assert!(error.as_deref().is_some_and(|e| e.contains("FINALIZE")), "{error:?}");
+    let failing = health(db.url(), today, &HealthThresholds::default()).await.expect("health");
+    assert!(failing.last_failure.is_some());
+    assert!(failing.alerts.iter().any(|a| a.contains("failed")), "{:?}", failing.alerts);
+
+    reader.batch_execute("COMMIT").await.expect("end reader");
+    let report = run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("next run");
+    assert_eq!(report.finalized, vec![name(old)], "{report:?}");
+    assert_eq!(report.dropped, vec![name(old)]);
+    assert_eq!(report.sessions_deleted, 2);
+    let healthy = health(db.url(), today, &HealthThresholds::default()).await.expect("health");
+    assert!(healthy.is_healthy(), "{:?}", healthy.alerts);
 }

@@ -237,3 +237,45 @@ async fn a_role_exempt_from_row_level_security_is_refused() {
         .expect_err("missing role without create");
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_service_role_reads_the_policy_and_premakes_but_changes_nothing() {
+    let db = test_database().await;
+    let (role, service_url) = service_role(&db).await;
+    let owner = client(db.url()).await;
+    let privileges: (bool, bool, bool) = owner
+        .query_one(
+            "SELECT has_table_privilege($1, 'adk_store_policy', 'SELECT'),
+                    has_table_privilege($1, 'adk_store_policy', 'UPDATE'),
+                    has_function_privilege($1, 'adk_premake_event_partitions()', 'EXECUTE')",
+            &[&role],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .expect("privileges");
+    assert_eq!(privileges, (true, false, true), "read the policy, never change it; premake");
+
+    let sql = client(&service_url).await;
+    let premake_days: i32 =
+        sql.query_one("SELECT premake_days FROM adk_store_policy", &[]).await.expect("read the policy").get(0);
+    assert_eq!(premake_days, 7);
+    // Partitions it is missing are made as the owner, for the policy's days only.
+    owner
+        .batch_execute("DO $$ BEGIN EXECUTE format('DROP TABLE %I', adk_event_partition_name((now() AT TIME ZONE 'UTC')::date + 2)); END $$")
+        .await
+        .expect("drop a coming day");
+    let made: i32 = sql.query_one("SELECT adk_premake_event_partitions()", &[]).await.expect("premake").get(0);
+    assert_eq!(made, 1);
+    let refused = sql
+        .execute("UPDATE adk_store_policy SET premake_days = 30", &[])
+        .await
+        .expect_err("the service role cannot change the policy");
+    let message = refused.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.starts_with("permission denied"), "{refused:?}");
+    let other_day = sql
+        .execute("SELECT adk_ensure_event_partition((now() AT TIME ZONE 'UTC')::date + 100)", &[])
+        .await
+        .expect_err("no arbitrary partitions for the service role");
+    let message = other_day.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.contains("must be owner") || message.starts_with("permission denied"), "{other_day:?}");
+}

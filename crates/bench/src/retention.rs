@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
+use adk_postgres_domain::StorePolicy;
+use adk_postgres_retention::{MaintenanceConfig, retire_before, run_maintenance};
 use chrono::{Days, NaiveDate, Utc};
 use serde::Serialize;
 use tokio_postgres::Client;
@@ -43,8 +44,9 @@ async fn seed_day(
 ) -> anyhow::Result<()> {
     sql.execute("SELECT adk_ensure_event_partition($1)", &[&day]).await?;
     sql.execute(
-        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq, state)
-         SELECT $4, 'u-' || s, $1::date::text || '-' || s, $1, $3::int, '{\"channel\": \"web\", \"turn\": 39}'
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq, state, created_at, updated_at)
+         SELECT $4, 'u-' || s, $1::date::text || '-' || s, $1, $3::int, '{\"channel\": \"web\", \"turn\": 39}',
+                ($1::date + time '12:00') AT TIME ZONE 'UTC', ($1::date + time '12:00') AT TIME ZONE 'UTC'
          FROM generate_series(1, $2) s",
         &[&day, &sessions, &events_per_session, &APP],
     )
@@ -70,15 +72,18 @@ pub async fn measure(url: &str, sessions: usize, events_per_session: usize) -> a
     let config = MaintenanceConfig::default();
     // Kept by maintenance (inside lifetime + retention): removed by DELETE.
     let deleted_day = today.checked_sub_days(Days::new(10)).expect("a date");
-    // Past lifetime + retention: retired by maintenance.
-    let dropped_day = config.cutoff(today).checked_sub_days(Days::new(5)).expect("a date");
+    // Past lifetime + retention of the policy a fresh migration installs:
+    // retired by maintenance (its sessions were last active on that day).
+    let dropped_day = retire_before(&StorePolicy::default(), today).checked_sub_days(Days::new(5)).expect("a date");
     let payload = BoundEvent::of(1)?.payload;
     let (s, e) = (i32::try_from(sessions)?, i32::try_from(events_per_session)?);
     for day in [deleted_day, dropped_day] {
         seed_day(&sql, day, s, e, &payload).await?;
     }
     // Premake first, keeping everything, so the measured run only retires.
-    run_maintenance(url, today, &MaintenanceConfig { retention_days: 100_000, ..MaintenanceConfig::default() }).await?;
+    sql.batch_execute("UPDATE adk_store_policy SET retention = retention + interval '100000 days'").await?;
+    run_maintenance(url, today, &config).await?;
+    sql.batch_execute("UPDATE adk_store_policy SET retention = retention - interval '100000 days'").await?;
     sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions").await?;
     sql.batch_execute("ALTER TABLE adk_sessions SET (autovacuum_enabled = off)").await?;
     for day in [deleted_day, dropped_day] {

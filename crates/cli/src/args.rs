@@ -1,5 +1,7 @@
 //! Command-line arguments.
 
+use std::time::Duration;
+
 use chrono::NaiveDate;
 use clap::{Args, Parser, Subcommand};
 
@@ -17,8 +19,15 @@ pub struct Cli {
 pub enum Command {
     /// Apply pending schema migrations.
     Migrate,
-    /// Premake partitions ahead of today and retire days past lifetime + retention.
+    /// Premake partitions ahead of today and retire days past lifetime +
+    /// retention, as the store's policy (adk-pg policy) sets them.
     Maintain(MaintainArgs),
+    /// Show or change the store's policy (session lifetime, retention,
+    /// default TTL, days premade), which lives in the database.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
     /// Delete sessions whose expires_at has passed, with their events.
     Expire {
         /// Sessions deleted per statement.
@@ -84,12 +93,6 @@ pub struct MaintainArgs {
     /// Keep running, once per interval (e.g. 6h).
     #[arg(long)]
     pub every: Option<humantime::Duration>,
-    #[arg(long, default_value_t = 7)]
-    pub premake_days: u32,
-    #[arg(long, default_value_t = 7)]
-    pub max_session_lifetime_days: u32,
-    #[arg(long, default_value_t = 30)]
-    pub retention_days: u32,
     #[arg(long, default_value_t = 5000)]
     pub session_delete_batch: i64,
     /// Longest any DDL statement waits for its lock before retrying.
@@ -100,4 +103,55 @@ pub struct MaintainArgs {
     pub today: Option<NaiveDate>,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the policy in force.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the policy; fields not given keep their current value. An
+    /// invalid policy is refused and nothing is written.
+    Set(PolicySetArgs),
+    /// Print the recorded changes of the policy, newest first.
+    History {
+        /// Most changes to print.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct PolicySetArgs {
+    /// Sessions older than this refuse appends, for every client (e.g. 7d).
+    #[arg(long)]
+    pub max_session_lifetime: Option<humantime::Duration>,
+    /// How long events are kept after a session's lifetime (e.g. 30d);
+    /// never shorter than the lifetime.
+    #[arg(long)]
+    pub retention: Option<humantime::Duration>,
+    /// Time to live of new sessions unless a client asks for less (e.g. 1h),
+    /// or `none`.
+    #[arg(long, value_parser = parse_ttl)]
+    pub default_ttl: Option<Ttl>,
+    /// Days after today that always have an event partition (1 to 366).
+    #[arg(long)]
+    pub premake_days: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A `--default-ttl` value: a duration, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(pub Option<Duration>);
+
+fn parse_ttl(text: &str) -> Result<Ttl, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Ttl(None));
+    }
+    humantime::parse_duration(text).map(|d| Ttl(Some(d))).map_err(|e| format!("{e} (a duration such as 1h, or none)"))
 }

@@ -1,6 +1,7 @@
-//! `adk-pg`, the operator's tool: one binary to migrate, keep partitions
-//! ahead of the clock, retire old days, expire sessions, convert a live
-//! event table, build indexes without blocking writes, and report health.
+//! `adk-pg`, the operator's tool: one binary to migrate, set the store's
+//! policy, keep partitions ahead of the clock, retire old days, expire
+//! sessions, convert a live event table, build indexes without blocking
+//! writes, and report health.
 //!
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert on.
 
@@ -9,13 +10,15 @@ mod args;
 use std::process::ExitCode;
 
 use adk_pg::render;
+use adk_postgres_retention::sql::connect;
 use adk_postgres_retention::{
     ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
     conversion_plan, convert_events, create_partitioned_index, expire_sessions, health, run_maintenance,
-    setup_service_role,
+    setup_service_role, store_policy,
 };
+use adk_postgres_storage::{PolicyAmendment, amend_policy, policy_changes};
 use anyhow::{Context, Result};
-use args::{Cli, Command, MaintainArgs};
+use args::{Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs};
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,6 +81,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Maintain(args) => maintain(&url, args).await,
+        Command::Policy { command } => policy(&url, command).await,
         Command::Expire { batch_size, json } => {
             let bar = spinner("expiring sessions");
             let report = expire_sessions(&url, batch_size, None).await.context("expire sessions");
@@ -200,9 +204,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
     let config = MaintenanceConfig {
-        premake_days: args.premake_days,
-        max_session_lifetime_days: args.max_session_lifetime_days,
-        retention_days: args.retention_days,
         session_delete_batch: args.session_delete_batch,
         lock_policy: LockPolicy { lock_timeout: args.lock_timeout.into(), ..LockPolicy::default() },
         ..MaintenanceConfig::default()
@@ -224,5 +225,56 @@ async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
             _ = tokio::time::sleep(every.into()) => {}
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
         }
+    }
+}
+
+async fn policy(url: &str, command: PolicyCommand) -> Result<ExitCode> {
+    let mut conn = connect(url, "adk-pg policy", &LockPolicy::default()).await.context("connect")?;
+    // Also tells an unmigrated database apart from a failed read.
+    let current = store_policy(&mut conn).await.context("read the store policy")?;
+    match command {
+        PolicyCommand::Show { json } => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&render::policy_json(&current))?);
+            } else {
+                println!("{}", render::policy_table(&current));
+            }
+        }
+        PolicyCommand::Set(args) => {
+            let json = args.json;
+            let amendment = amendment(args);
+            if amendment.is_empty() {
+                anyhow::bail!(
+                    "nothing to change: pass --max-session-lifetime, --retention, --default-ttl or --premake-days"
+                );
+            }
+            let updated = amend_policy(&mut conn, &amendment).await.context("set the store policy")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&render::policy_json(&updated))?);
+            } else {
+                println!("policy updated");
+                println!("{}", render::policy_table(&updated));
+            }
+        }
+        PolicyCommand::History { limit, json } => {
+            let changes = policy_changes(&mut conn, limit).await.context("read the policy history")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&render::policy_changes_json(&changes))?);
+            } else if changes.is_empty() {
+                println!("the policy has not been changed since it was installed");
+            } else {
+                println!("{}", render::policy_history_table(&changes));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn amendment(args: PolicySetArgs) -> PolicyAmendment {
+    PolicyAmendment {
+        max_session_lifetime: args.max_session_lifetime.map(Into::into),
+        retention: args.retention.map(Into::into),
+        default_ttl: args.default_ttl.map(|ttl| ttl.0),
+        premake_days: args.premake_days,
     }
 }

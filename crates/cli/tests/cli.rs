@@ -40,9 +40,15 @@ async fn status_is_zero_when_healthy_and_two_when_partitions_run_short() {
     let ahead = text.lines().find(|line| line.contains("partitions ahead")).unwrap_or_default();
     assert!(ahead.split_whitespace().any(|cell| cell == "7"), "{text}");
 
+    let policy = text.lines().find(|line| line.contains("policy")).unwrap_or_default();
+    assert!(policy.contains("lifetime 7days") && policy.contains("retention 30days"), "{text}");
+    assert!(text.lines().any(|line| line.contains("kept past retention") && line.contains("none")), "{text}");
+
     let json = adk_pg(db.url(), &["status", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("status --json is JSON");
     assert_eq!(report["partitions_ahead"], 7);
+    assert_eq!(report["policy"]["retention_secs"], 30 * 86_400);
+    assert_eq!(report["overdue_partitions"], serde_json::json!([]));
 
     let sql = raw(db.url()).await;
     let today = Utc::now().date_naive();
@@ -148,4 +154,76 @@ async fn service_role_grants_a_non_owner_and_refuses_a_superuser() {
     let refused = adk_pg(db.url(), &["service-role", "postgres"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("exempt from row-level security"));
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn policy_changes(sql: &tokio_postgres::Client) -> i64 {
+    sql.query_one("SELECT count(*) FROM adk_store_policy_changes", &[]).await.expect("count").get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_show_set_and_history() {
+    let db = test_database().await;
+    let sql = raw(db.url()).await;
+
+    let show = adk_pg(db.url(), &["policy", "show"]);
+    assert!(show.status.success(), "{show:?}");
+    let text = stdout(&show);
+    assert!(text.contains("max session lifetime") && text.contains("7days"), "{text}");
+    assert!(text.lines().any(|line| line.contains("default TTL") && line.contains("none")), "{text}");
+
+    let set = adk_pg(db.url(), &["policy", "set", "--retention", "10d", "--default-ttl", "1h"]);
+    assert!(set.status.success(), "{set:?}");
+    assert!(stdout(&set).contains("policy updated"), "{}", stdout(&set));
+    let json = adk_pg(db.url(), &["policy", "show", "--json"]);
+    let policy: serde_json::Value = serde_json::from_slice(&json.stdout).expect("policy show --json is JSON");
+    assert_eq!(policy["retention_secs"], 10.0 * 86_400.0);
+    assert_eq!(policy["max_session_lifetime_secs"], 7.0 * 86_400.0, "unspecified fields keep their value");
+    assert_eq!(policy["default_ttl_secs"], 3600.0);
+    assert_eq!(policy["premake_days"], 7);
+
+    // Invalid: a clear error naming the field, a failure exit, nothing written.
+    let written = policy_changes(&sql).await;
+    for (args, field) in [
+        (vec!["--retention", "1d"], "retention"),
+        (vec!["--max-session-lifetime", "30d"], "retention"),
+        (vec!["--premake-days", "0"], "premake_days"),
+        (vec!["--default-ttl", "0s"], "default_ttl"),
+    ] {
+        let refused = adk_pg(db.url(), &[&["policy", "set"][..], &args].concat());
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert!(stderr(&refused).contains(&format!("invalid {field}")), "{args:?}: {}", stderr(&refused));
+    }
+    let unparsable = adk_pg(db.url(), &["policy", "set", "--retention", "a while"]);
+    assert!(!unparsable.status.success());
+    let nothing = adk_pg(db.url(), &["policy", "set"]);
+    assert_eq!(nothing.status.code(), Some(1));
+    assert!(stderr(&nothing).contains("nothing to change"), "{}", stderr(&nothing));
+    assert_eq!(policy_changes(&sql).await, written, "a refused change wrote nothing");
+
+    let cleared = adk_pg(db.url(), &["policy", "set", "--default-ttl", "none", "--premake-days", "5"]);
+    assert!(cleared.status.success(), "{cleared:?}");
+    let role: String = sql.query_one("SELECT current_user::text", &[]).await.expect("role").get(0);
+    let history = adk_pg(db.url(), &["policy", "history"]);
+    assert!(history.status.success(), "{history:?}");
+    let text = stdout(&history);
+    assert!(text.contains("retention: 30days -> 10days"), "{text}");
+    assert!(text.contains("default_ttl: null -> 1h") || text.contains("default_ttl: none -> 1h"), "{text}");
+    assert!(text.contains("premake_days: 7 -> 5"), "{text}");
+    assert!(text.contains(&role), "{text}");
+    let history = adk_pg(db.url(), &["policy", "history", "--json", "--limit", "1"]);
+    let changes: serde_json::Value = serde_json::from_slice(&history.stdout).expect("history --json is JSON");
+    assert_eq!(changes.as_array().map(Vec::len), Some(1));
+    assert_eq!(changes[0]["after"]["premake_days"], 5);
+    assert_eq!(changes[0]["changed_by"], role.as_str());
+
+    // Maintenance reads the policy from the database; its old flags are gone.
+    let old_flag = adk_pg(db.url(), &["maintain", "--retention-days", "30"]);
+    assert_eq!(old_flag.status.code(), Some(2), "{old_flag:?}");
+    let maintain = adk_pg(db.url(), &["maintain"]);
+    assert!(maintain.status.success(), "{maintain:?}");
+    assert!(stdout(&maintain).contains("retention 10days"), "{}", stdout(&maintain));
 }

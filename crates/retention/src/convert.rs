@@ -88,7 +88,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Instant;
 
-use adk_postgres_storage::migrations::{MIGRATIONS, run_pending_migrations};
+use adk_postgres_storage::migrations::{MIGRATIONS, apply_pending_migrations};
 use chrono::NaiveDate;
 use diesel::QueryableByName;
 use diesel::migration::MigrationSource;
@@ -103,7 +103,7 @@ use crate::index::{
     try_advisory_lock,
 };
 use crate::partitions::partition_name;
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, quote_ident, quote_literal};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two conversions apart.
 pub const CONVERT_LOCK_KEY: i64 = 0x0adc_9a57_0002;
@@ -581,7 +581,10 @@ async fn run_action(
             .map_err(OpsError::query("record migration 000001 as applied"))?;
         }
         Action::ApplyMigrations { .. } => {
-            let applied = run_pending_migrations(database_url)
+            // Only the migrations: premaking days ahead here would take
+            // exclusive locks under the live writers; the CLI tells the
+            // operator to run `adk-pg maintain` next.
+            let applied = apply_pending_migrations(database_url)
                 .await
                 .map_err(|e| OpsError::NotMigrated(format!("applying the migrations after the conversion: {e}")))?;
             report.migrations_applied.extend(applied);
@@ -782,8 +785,9 @@ impl Catalog {
         };
 
         let current_user = diesel::sql_query("SELECT current_user::text AS value")
-            .get_result::<TextRow>(conn)
+            .load::<TextRow>(conn)
             .await
+            .and_then(first_row)
             .map_err(OpsError::query("read current_user"))?
             .value;
 

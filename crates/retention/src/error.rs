@@ -22,6 +22,10 @@ pub enum OpsError {
     InvalidInput { field: &'static str, reason: String },
     #[error("{0}")]
     Conflict(String),
+    /// Reading or changing the store's policy failed; names the field when
+    /// a value was refused.
+    #[error("{0}")]
+    Store(#[from] adk_postgres_domain::StoreError),
 }
 
 impl OpsError {

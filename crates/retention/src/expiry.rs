@@ -11,7 +11,7 @@ use diesel_async::RunQueryDsl;
 use serde::Serialize;
 
 use crate::error::OpsError;
-use crate::sql::{LockPolicy, connect};
+use crate::sql::{LockPolicy, connect, first_row};
 
 /// What an expiry run deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -57,8 +57,9 @@ pub async fn expire_sessions(
         let batch = diesel::sql_query(EXPIRE_SQL)
             .bind::<Nullable<Timestamptz>, _>(as_of)
             .bind::<BigInt, _>(batch_size)
-            .get_result::<BatchRow>(&mut conn)
+            .load::<BatchRow>(&mut conn)
             .await
+            .and_then(first_row)
             .map_err(OpsError::query("delete expired sessions"))?;
         if batch.sessions == 0 {
             return Ok(report);

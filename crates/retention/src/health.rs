@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Date, Integer, Nullable, Timestamptz};
+use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
 use crate::error::OpsError;
 use crate::partitions::{days_ahead, list_orphans, list_partitions};
-use crate::sql::{LockPolicy, connect, events_schema};
+use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy};
+use crate::sql::{LockPolicy, connect, events_schema, first_row};
 
 /// When health turns into alerts.
 #[derive(Debug, Clone)]
@@ -38,6 +39,26 @@ pub struct LastRun {
     pub sessions_deleted: i64,
 }
 
+/// The most recent maintenance run, when it failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedRun {
+    pub finished_at: DateTime<Utc>,
+    pub today: NaiveDate,
+    pub error: String,
+}
+
+/// An attached partition past lifetime plus retention: maintenance kept it
+/// because a session of it is live, or has not run since it became due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OverduePartition {
+    pub partition: String,
+    /// First day it holds; `None` for a legacy `MINVALUE` partition.
+    pub from: Option<NaiveDate>,
+    /// Open, unexpired sessions of its days active within the retention.
+    pub open_sessions: i64,
+    pub last_active: Option<DateTime<Utc>>,
+}
+
 /// `pg_column_size(state)` over session rows, in bytes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StateSizes {
@@ -61,6 +82,18 @@ pub struct HealthReport {
     /// Partition tables detached but never dropped.
     pub orphaned_partitions: Vec<String>,
     pub last_run: Option<LastRun>,
+    /// Set when the most recent maintenance run failed.
+    pub last_failure: Option<FailedRun>,
+    /// The store's policy, from the database.
+    pub policy: PolicySummary,
+    /// Days before this one are past lifetime plus retention, judged as of
+    /// the day the last maintenance run worked for (or `today`, whichever
+    /// is earlier), so a day that only just came due does not alert before
+    /// maintenance had its chance.
+    pub retire_before: NaiveDate,
+    /// Attached partitions past `retire_before`; each is an alert until
+    /// maintenance retires it.
+    pub overdue_partitions: Vec<OverduePartition>,
     pub session_updates: i64,
     pub session_hot_updates: i64,
     /// HOT share of `adk_sessions` updates; `None` before any update.
@@ -88,6 +121,18 @@ struct RunRow {
     dropped: i32,
     #[diesel(sql_type = BigInt)]
     sessions_deleted: i64,
+}
+
+#[derive(QueryableByName)]
+struct LatestRow {
+    #[diesel(sql_type = Timestamptz)]
+    finished_at: DateTime<Utc>,
+    #[diesel(sql_type = Date)]
+    today: NaiveDate,
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    error: Option<String>,
 }
 
 #[derive(QueryableByName)]
@@ -136,9 +181,10 @@ pub async fn health_on(
     let schema = events_schema(conn).await?;
     let partitions = list_partitions(conn).await?;
     let orphaned_partitions = list_orphans(conn, &schema).await?;
+    let policy = store_policy(conn).await?;
     let last_run = diesel::sql_query(
         "SELECT finished_at, today, created, dropped, sessions_deleted FROM adk_maintenance_runs
-         ORDER BY run_id DESC LIMIT 1",
+         WHERE outcome = 'ok' ORDER BY run_id DESC LIMIT 1",
     )
     .load::<RunRow>(conn)
     .await
@@ -152,12 +198,26 @@ pub async fn health_on(
         dropped: r.dropped,
         sessions_deleted: r.sessions_deleted,
     });
+    let latest = diesel::sql_query(
+        "SELECT finished_at, today, outcome, error FROM adk_maintenance_runs ORDER BY run_id DESC LIMIT 1",
+    )
+    .load::<LatestRow>(conn)
+    .await
+    .map_err(OpsError::query("read the latest maintenance run"))?
+    .into_iter()
+    .next();
+    let last_failure = latest.as_ref().filter(|r| r.outcome != "ok").map(|r| FailedRun {
+        finished_at: r.finished_at,
+        today: r.today,
+        error: r.error.clone().unwrap_or_default(),
+    });
     let updates = diesel::sql_query(
         "SELECT coalesce(sum(n_tup_upd), 0)::bigint AS updates, coalesce(sum(n_tup_hot_upd), 0)::bigint AS hot
          FROM pg_stat_user_tables WHERE relid = to_regclass('adk_sessions')",
     )
-    .get_result::<UpdatesRow>(conn)
+    .load::<UpdatesRow>(conn)
     .await
+    .and_then(first_row)
     .map_err(OpsError::query("read update statistics"))?;
     // Bounded, so a status call stays cheap on a table of millions of sessions.
     let sizes = diesel::sql_query(
@@ -168,14 +228,34 @@ pub async fn health_on(
                 max(size)::bigint AS max
          FROM (SELECT pg_column_size(state) AS size FROM adk_sessions LIMIT 100000) s",
     )
-    .get_result::<SizesRow>(conn)
+    .load::<SizesRow>(conn)
     .await
+    .and_then(first_row)
     .map_err(OpsError::query("measure state sizes"))?;
     let now = diesel::sql_query("SELECT now() AS now")
-        .get_result::<NowRow>(conn)
+        .load::<NowRow>(conn)
         .await
+        .and_then(first_row)
         .map_err(OpsError::query("read the clock"))?
         .now;
+
+    let judged = latest.as_ref().map_or(today, |run| run.today.min(today));
+    let retire_before = retire_before(&policy, judged);
+    let mut overdue_partitions = Vec::new();
+    let overdue: Vec<_> =
+        partitions.iter().filter(|p| !p.detach_pending && p.to.is_some_and(|to| to <= retire_before)).collect();
+    if !overdue.is_empty() {
+        let live = live_days(conn, retire_before, start_of(judged), policy.retention).await?;
+        for partition in overdue {
+            let holding: Vec<_> = live.iter().filter(|day| partition.holds(day.day)).collect();
+            overdue_partitions.push(OverduePartition {
+                partition: partition.name.clone(),
+                from: partition.from,
+                open_sessions: holding.iter().map(|day| day.open_sessions).sum(),
+                last_active: holding.iter().map(|day| day.last_active).max(),
+            });
+        }
+    }
 
     let live: Vec<_> = partitions.iter().filter(|p| !p.detach_pending).cloned().collect();
     let partitions_ahead = days_ahead(&live, today);
@@ -198,6 +278,29 @@ pub async fn health_on(
             }
         }
     }
+    if let Some(failure) = &last_failure {
+        alerts.push(format!(
+            "the last maintenance run (for {}) failed at {}: {}",
+            failure.today,
+            failure.finished_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            failure.error
+        ));
+    }
+    for overdue in &overdue_partitions {
+        alerts.push(match overdue.last_active {
+            Some(last_active) => format!(
+                "{} is past lifetime + retention (days before {retire_before} are retired) but kept: {} live \
+                 session(s), last active {}; it is retired once they close, expire or stay idle for the retention",
+                overdue.partition,
+                overdue.open_sessions,
+                last_active.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+            None => format!(
+                "{} is past lifetime + retention (days before {retire_before} are retired); run adk-pg maintain",
+                overdue.partition
+            ),
+        });
+    }
     let pending_detaches: Vec<String> =
         partitions.iter().filter(|p| p.detach_pending).map(|p| p.name.clone()).collect();
     if !pending_detaches.is_empty() {
@@ -213,6 +316,10 @@ pub async fn health_on(
         pending_detaches,
         orphaned_partitions,
         last_run,
+        last_failure,
+        policy: PolicySummary::of(&policy),
+        retire_before,
+        overdue_partitions,
         session_updates: updates.updates,
         session_hot_updates: updates.hot,
         hot_ratio: (updates.updates > 0).then(|| updates.hot as f64 / updates.updates as f64),

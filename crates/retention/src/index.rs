@@ -30,7 +30,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
 use crate::error::OpsError;
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, quote_ident};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident};
 
 /// Key of the advisory lock that keeps two index builds apart: both would
 /// otherwise take each other's half-built index for a leftover and drop it.
@@ -599,8 +599,9 @@ struct LockedRow {
 pub(crate) async fn try_advisory_lock(conn: &mut AsyncPgConnection, key: i64) -> Result<bool, OpsError> {
     Ok(diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
         .bind::<BigInt, _>(key)
-        .get_result::<LockedRow>(conn)
+        .load::<LockedRow>(conn)
         .await
+        .and_then(first_row)
         .map_err(OpsError::query("take an advisory lock"))?
         .locked)
 }
@@ -614,8 +615,9 @@ struct PidRow {
 /// The server process of `conn`, as `pg_stat_*` views know it.
 pub(crate) async fn backend_pid(conn: &mut AsyncPgConnection) -> Result<i32, OpsError> {
     Ok(diesel::sql_query("SELECT pg_backend_pid() AS pid")
-        .get_result::<PidRow>(conn)
+        .load::<PidRow>(conn)
         .await
+        .and_then(first_row)
         .map_err(OpsError::query("read the backend pid"))?
         .pid)
 }

@@ -1,36 +1,40 @@
 //! Partition maintenance: premake days from the clock, drop days whose
 //! sessions have aged out, and clean up after interrupted runs.
 //!
+//! How long is long enough is the store's policy, read from the database
+//! (`adk_store_policy`) at the start of every run: the same row the append
+//! function enforces the session lifetime from, so maintenance can never
+//! retire a day on a shorter promise than the one appends were accepted on.
+//! A day past lifetime plus retention that still holds a live session is
+//! kept, recorded and alerted on (`kept_days`, health) rather than dropped.
+//!
 //! The order is the point. A day is detached (`CONCURRENTLY`, so appends
 //! and reads never queue behind it), then dropped, and only then are that
 //! day's session rows deleted: deleting sessions first would cascade into
 //! the partition and delete its events one row at a time, the very cost
 //! partitioning exists to avoid.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Bool, Date, Integer, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Date, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
 use crate::error::OpsError;
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
-use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident, quote_literal};
+use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
 pub const MAINTENANCE_LOCK_KEY: i64 = 0x0adc_9a57_0001;
 
-/// How far ahead to premake and how long to keep.
+/// How a run does its work. How far ahead to premake and how long to keep
+/// are not here: they are the store's policy, in the database.
 #[derive(Debug, Clone)]
 pub struct MaintenanceConfig {
-    /// Days after today that must have a partition (today itself always has one).
-    pub premake_days: u32,
-    /// Longest a session may live before it must be rolled over.
-    pub max_session_lifetime_days: u32,
-    /// How long a session's events are kept after its lifetime ends.
-    pub retention_days: u32,
     /// Session rows deleted per statement once their day is dropped.
     pub session_delete_batch: i64,
     pub lock_policy: LockPolicy,
@@ -41,9 +45,6 @@ pub struct MaintenanceConfig {
 impl Default for MaintenanceConfig {
     fn default() -> Self {
         Self {
-            premake_days: 7,
-            max_session_lifetime_days: 7,
-            retention_days: 30,
             session_delete_batch: 5_000,
             lock_policy: LockPolicy::default(),
             wait_for_other_run: Duration::from_secs(600),
@@ -51,28 +52,29 @@ impl Default for MaintenanceConfig {
     }
 }
 
-impl MaintenanceConfig {
-    /// Days strictly before this one are past lifetime plus retention.
-    pub fn cutoff(&self, today: NaiveDate) -> NaiveDate {
-        let keep = u64::from(self.max_session_lifetime_days) + u64::from(self.retention_days);
-        today.checked_sub_days(Days::new(keep)).unwrap_or(NaiveDate::MIN)
-    }
-}
-
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
     pub today: Option<NaiveDate>,
+    /// The policy the run judged by, as read from the database.
+    pub policy: Option<PolicySummary>,
+    /// Days before this one are past lifetime plus retention.
+    pub retire_before: Option<NaiveDate>,
     /// Partitions created, by day.
     pub created: Vec<NaiveDate>,
-    /// Partitions detached this run (including finalized pending detaches).
+    /// Partitions detached this run.
     pub detached: Vec<String>,
     /// Partition tables dropped.
     pub dropped: Vec<String>,
-    /// Detaches an earlier, interrupted run left pending, now finished.
+    /// Detaches finished with `FINALIZE`: left pending by an interrupted
+    /// earlier run, or by this run's own detach timing out in its second
+    /// phase.
     pub finalized: Vec<String>,
     /// Tables detached by an interrupted run for a day still kept, attached again.
     pub reattached: Vec<String>,
+    /// Days past lifetime plus retention kept because a session of theirs is
+    /// still live; `adk-pg status` alerts while their partition stays.
+    pub kept: Vec<KeptDay>,
     pub sessions_deleted: u64,
     /// Consecutive days after today with a partition.
     pub partitions_ahead: u32,
@@ -101,8 +103,17 @@ struct NowRow {
     now: DateTime<Utc>,
 }
 
-/// Runs maintenance as of `today` (UTC). Safe at any time, against live
-/// traffic, concurrently with itself and after a crash at any point.
+#[derive(QueryableByName)]
+struct PendingRow {
+    #[diesel(sql_type = Bool)]
+    pending: bool,
+}
+
+/// Runs maintenance as of `today` (UTC) under the store's policy. Safe at
+/// any time, against live traffic, concurrently with itself and after a
+/// crash at any point. A run that fails once it holds the maintenance lock
+/// is recorded (`outcome = 'failed'` with the error) before the error is
+/// returned.
 pub async fn run_maintenance(
     database_url: &str,
     today: NaiveDate,
@@ -117,8 +128,9 @@ pub async fn run_maintenance(
 
     let locked = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
         .bind::<BigInt, _>(MAINTENANCE_LOCK_KEY)
-        .get_result::<LockedRow>(&mut conn)
+        .load::<LockedRow>(&mut conn)
         .await
+        .and_then(first_row)
         .map_err(OpsError::query("take the maintenance lock"))?
         .locked;
     if !locked {
@@ -140,17 +152,37 @@ pub async fn run_maintenance(
     }
 
     let started = diesel::sql_query("SELECT now() AS now")
-        .get_result::<NowRow>(&mut conn)
+        .load::<NowRow>(&mut conn)
         .await
-        .map_err(OpsError::query("read the clock"))?
-        .now;
-    let outcome = maintain_locked(&mut conn, &schema, today, config, &mut report).await;
+        .and_then(first_row)
+        .map_err(OpsError::query("read the clock"));
+    let (started, outcome) = match started {
+        Ok(row) => (Some(row.now), maintain_locked(&mut conn, &schema, today, config, &mut report).await),
+        Err(error) => (None, Err(error)),
+    };
+    let recorded = match &outcome {
+        Ok(()) => record_run(&mut conn, started, &report, None).await,
+        Err(error) => {
+            // Best effort: the failure may have been the catalog read itself.
+            if let Ok(partitions) = list_partitions(&mut conn).await {
+                report.partitions_ahead = days_ahead(&partitions, today);
+            }
+            record_run(&mut conn, started, &report, Some(&error.to_string())).await
+        }
+    };
     // The lock is session-scoped; release it even when the run failed, so
     // the next run does not wait for this connection to close.
     let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MAINTENANCE_LOCK_KEY})")).await;
-    outcome?;
-    record_run(&mut conn, started, &report).await?;
-    Ok(report)
+    match (outcome, recorded) {
+        (Ok(()), Ok(())) => Ok(report),
+        (Ok(()), Err(error)) => Err(error),
+        (Err(error), recorded) => {
+            if let Err(record_error) = recorded {
+                tracing::warn!(error = %record_error, "could not record the failed maintenance run");
+            }
+            Err(error)
+        }
+    }
 }
 
 async fn maintain_locked(
@@ -163,7 +195,26 @@ async fn maintain_locked(
     let policy = &config.lock_policy;
     let parent = format!("{}.adk_events", quote_ident(schema));
     let qualified = |name: &str| format!("{}.{}", quote_ident(schema), quote_ident(name));
-    let cutoff = config.cutoff(today);
+
+    let store = store_policy(conn).await?;
+    let cutoff = retire_before(&store, today);
+    report.policy = Some(PolicySummary::of(&store));
+    report.retire_before = Some(cutoff);
+    // Read once, before anything is retired. A session of a day past the
+    // cutoff is past its lifetime, so the append function refuses it: no
+    // session can turn live between this read and the drop below (short of
+    // the policy being raised meanwhile, which the next run honours).
+    let live: BTreeMap<NaiveDate, LiveDay> = live_days(conn, cutoff, start_of(today), store.retention)
+        .await?
+        .into_iter()
+        .map(|day| (day.day, day))
+        .collect();
+    let keep = |day: &LiveDay, partition: Option<&str>, report: &mut MaintenanceReport| {
+        if !report.kept.iter().any(|k| k.day == day.day) {
+            tracing::warn!(day = %day.day, open_sessions = day.open_sessions, "kept a day past retention: it has live sessions");
+            report.kept.push(day.kept(partition.map(str::to_owned), store.retention));
+        }
+    };
 
     // 1. A DETACH … CONCURRENTLY interrupted between its two transactions
     //    leaves the partition half-detached; finish it.
@@ -174,10 +225,11 @@ async fn maintain_locked(
     }
 
     // 2. Tables detached but not dropped: drop the expired ones, attach back
-    //    any whose day is still kept (appends for that day need them).
+    //    any whose day is still kept (appends and reads of that day need
+    //    them), live sessions included.
     for orphan in list_orphans(conn, schema).await? {
         let Some(day) = day_of_partition(&orphan) else { continue };
-        if day < cutoff {
+        if day < cutoff && !live.contains_key(&day) {
             ddl(conn, &format!("DROP TABLE IF EXISTS {}", qualified(&orphan)), policy).await?;
             report.dropped.push(orphan);
         } else {
@@ -193,14 +245,17 @@ async fn maintain_locked(
                 policy,
             )
             .await?;
+            if let Some(live_day) = live.get(&day) {
+                keep(live_day, Some(&orphan), report);
+            }
             report.reattached.push(orphan);
         }
     }
 
-    // 3. Premake from the clock, not from data: today through today + N,
-    //    filling any gap.
+    // 3. Premake from the clock, not from data: today through today + the
+    //    policy's premake days, filling any gap.
     let partitions = list_partitions(conn).await?;
-    for offset in 0..=u64::from(config.premake_days) {
+    for offset in 0..=u64::from(store.premake_days) {
         let Some(day) = today.checked_add_days(Days::new(offset)) else { break };
         if partitions.iter().any(|p| p.holds(day)) {
             continue;
@@ -220,53 +275,75 @@ async fn maintain_locked(
         report.created.push(day);
     }
 
-    // 4. Drop whole partitions past lifetime + retention.
-    let expired: Vec<Partition> =
-        list_partitions(conn).await?.into_iter().filter(|p| p.to.is_some_and(|to| to <= cutoff)).collect();
+    // 4. Retire whole partitions past lifetime + retention, unless a live
+    //    session holds one of their days.
+    let expired: Vec<Partition> = list_partitions(conn)
+        .await?
+        .into_iter()
+        .filter(|p| !p.detach_pending && p.to.is_some_and(|to| to <= cutoff))
+        .collect();
     for partition in &expired {
-        ddl(
-            conn,
-            &format!("ALTER TABLE {parent} DETACH PARTITION {} CONCURRENTLY", qualified(&partition.name)),
-            policy,
-        )
-        .await?;
+        let holding: Vec<&LiveDay> = live.values().filter(|day| partition.holds(day.day)).collect();
+        if !holding.is_empty() {
+            for day in holding {
+                keep(day, Some(&partition.name), report);
+            }
+            continue;
+        }
+        if detach(conn, &parent, partition, &qualified(&partition.name), policy).await? {
+            report.finalized.push(partition.name.clone());
+        }
         report.detached.push(partition.name.clone());
         ddl(conn, &format!("DROP TABLE IF EXISTS {}", qualified(&partition.name)), policy).await?;
         report.dropped.push(partition.name.clone());
     }
 
-    // 5. Session rows of days whose events are gone. Never past a partition
-    //    that is still attached (a failed detach above would otherwise turn
-    //    into a row-by-row cascade).
+    // 5. Session rows of retired days, whose events are gone. Never a row of
+    //    a day some attached partition still holds (a kept day, a failed
+    //    detach, a legacy partition): deleting those would cascade into
+    //    their events row by row. Never a row of a live day either, even one
+    //    without a partition.
     let remaining = list_partitions(conn).await?;
-    let oldest_kept = remaining.iter().map(|p| p.from).min().flatten();
-    let holds_minvalue = remaining.iter().any(|p| p.from.is_none() && p.to.is_some_and(|to| to > NaiveDate::MIN));
-    let delete_before = match (holds_minvalue, oldest_kept) {
-        (true, _) => None,
-        (false, Some(oldest)) => Some(oldest.min(cutoff)),
-        (false, None) => Some(cutoff),
-    };
-    if let Some(before) = delete_before {
-        loop {
-            let deleted = diesel::sql_query(
-                "WITH gone AS (
-                     DELETE FROM adk_sessions WHERE ctid = ANY (ARRAY(
-                         SELECT ctid FROM adk_sessions WHERE session_day < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))
-                     RETURNING 1)
-                 SELECT count(*) AS count FROM gone",
-            )
-            .bind::<Date, _>(before)
-            .bind::<BigInt, _>(config.session_delete_batch)
-            .get_result::<CountRow>(conn)
-            .await
-            .map_err(OpsError::query("delete sessions of dropped days"))?
-            .count;
-            report.sessions_deleted += u64::try_from(deleted).unwrap_or_default();
-            if deleted == 0 {
-                break;
-            }
+    let held_from: Vec<Option<NaiveDate>> = remaining.iter().map(|p| p.from).collect();
+    let held_to: Vec<Option<NaiveDate>> = remaining.iter().map(|p| p.to).collect();
+    let live_list: Vec<NaiveDate> = live.keys().copied().collect();
+    for day in live.values() {
+        if !remaining.iter().any(|p| p.holds(day.day)) {
+            keep(day, None, report);
         }
     }
+    loop {
+        let deleted = diesel::sql_query(
+            "WITH gone AS (
+                 DELETE FROM adk_sessions WHERE ctid = ANY (ARRAY(
+                     SELECT s.ctid FROM adk_sessions s
+                     WHERE s.session_day < $1
+                       AND s.session_day <> ALL ($2)
+                       AND NOT EXISTS (
+                           SELECT 1 FROM unnest($3::date[], $4::date[]) AS held (held_from, held_to)
+                           WHERE (held.held_from IS NULL OR s.session_day >= held.held_from)
+                             AND (held.held_to IS NULL OR s.session_day < held.held_to))
+                     LIMIT $5
+                     FOR UPDATE SKIP LOCKED))
+                 RETURNING 1)
+             SELECT count(*) AS count FROM gone",
+        )
+        .bind::<Date, _>(cutoff)
+        .bind::<Array<Date>, _>(&live_list)
+        .bind::<Array<Nullable<Date>>, _>(&held_from)
+        .bind::<Array<Nullable<Date>>, _>(&held_to)
+        .bind::<BigInt, _>(config.session_delete_batch)
+        .load::<CountRow>(conn)
+        .await
+        .and_then(first_row)
+        .map_err(OpsError::query("delete sessions of dropped days"))?
+        .count;
+        report.sessions_deleted += u64::try_from(deleted).unwrap_or_default();
+        if deleted == 0 {
+            break;
+        }
+    }
+    report.kept.sort_by_key(|k| k.day);
 
     // 6. Autovacuum never analyzes a partitioned parent; do it when the set
     //    of partitions changed.
@@ -277,27 +354,93 @@ async fn maintain_locked(
     Ok(())
 }
 
+/// Detaches `partition` with `DETACH … CONCURRENTLY`; returns whether it
+/// had to be finished with `FINALIZE`.
+///
+/// The second of the statement's two transactions waits for every
+/// transaction that may still see the partition. When that wait hits
+/// `lock_timeout`, the partition stays marked pending, and issuing the same
+/// statement again fails ("already pending detach"): only `FINALIZE`
+/// finishes it, so that is what is retried (under the same lock policy).
+/// A timeout in the first phase leaves nothing pending and is retried as is.
+async fn detach(
+    conn: &mut AsyncPgConnection,
+    parent: &str,
+    partition: &Partition,
+    qualified: &str,
+    policy: &LockPolicy,
+) -> Result<bool, OpsError> {
+    let statement = format!("ALTER TABLE {parent} DETACH PARTITION {qualified} CONCURRENTLY");
+    let mut retry = LockRetry::new(&statement, policy);
+    loop {
+        let result = conn.batch_execute(&statement).await;
+        if let Err(error) = &result {
+            match detach_pending(conn, partition).await {
+                Ok(true) => {
+                    tracing::warn!(partition = %partition.name, %error, "detach left pending; finishing it with FINALIZE");
+                    ddl(conn, &format!("ALTER TABLE {parent} DETACH PARTITION {qualified} FINALIZE"), policy).await?;
+                    return Ok(true);
+                }
+                Ok(false) => {}
+                Err(check) => {
+                    tracing::warn!(partition = %partition.name, error = %check, "could not read whether the detach is pending")
+                }
+            }
+        }
+        if retry.settle(result).await? {
+            return Ok(false);
+        }
+    }
+}
+
+/// Whether the catalog marks `partition` as detach-pending.
+async fn detach_pending(conn: &mut AsyncPgConnection, partition: &Partition) -> Result<bool, OpsError> {
+    Ok(diesel::sql_query(
+        "SELECT coalesce(bool_or(i.inhdetachpending), false) AS pending
+         FROM pg_inherits i
+         JOIN pg_class c ON c.oid = i.inhrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE i.inhparent = to_regclass('adk_events') AND n.nspname = $1 AND c.relname = $2",
+    )
+    .bind::<Text, _>(&partition.schema)
+    .bind::<Text, _>(&partition.name)
+    .load::<PendingRow>(conn)
+    .await
+    .and_then(first_row)
+    .map_err(OpsError::query("read whether a detach is pending"))?
+    .pending)
+}
+
 fn count(items: usize) -> i32 {
     i32::try_from(items).unwrap_or(i32::MAX)
 }
 
+/// Records one run, successful or failed (`error` set), with the days it
+/// kept and why. `started` is `None` when the clock could not be read.
 async fn record_run(
     conn: &mut AsyncPgConnection,
-    started: DateTime<Utc>,
+    started: Option<DateTime<Utc>>,
     report: &MaintenanceReport,
+    error: Option<&str>,
 ) -> Result<(), OpsError> {
+    let kept_days = serde_json::to_value(&report.kept)
+        .map_err(|e| OpsError::Conflict(format!("could not encode the kept days: {e}")))?;
     diesel::sql_query(
         "INSERT INTO adk_maintenance_runs
-             (started_at, today, created, dropped, finalized, sessions_deleted, partitions_ahead)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+             (started_at, today, created, dropped, finalized, sessions_deleted, partitions_ahead,
+              outcome, error, kept_days)
+         VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
-    .bind::<Timestamptz, _>(started)
+    .bind::<Nullable<Timestamptz>, _>(started)
     .bind::<Date, _>(report.today.unwrap_or_default())
     .bind::<Integer, _>(count(report.created.len()))
     .bind::<Integer, _>(count(report.dropped.len()))
     .bind::<Integer, _>(count(report.finalized.len()))
     .bind::<BigInt, _>(i64::try_from(report.sessions_deleted).unwrap_or(i64::MAX))
     .bind::<Integer, _>(i32::try_from(report.partitions_ahead).unwrap_or(i32::MAX))
+    .bind::<Text, _>(if error.is_some() { "failed" } else { "ok" })
+    .bind::<Nullable<Text>, _>(error)
+    .bind::<Jsonb, _>(kept_days)
     .execute(conn)
     .await
     .map_err(OpsError::query("record the maintenance run"))?;

@@ -104,6 +104,17 @@ pub async fn ddl(conn: &mut AsyncPgConnection, statement: &str, policy: &LockPol
     }
 }
 
+/// The first row of a reply that was read to its end (`load`).
+///
+/// Never diesel-async's `get_result`/`first` in this crate: they return on
+/// the first row and drop the rest of the reply before PostgreSQL's
+/// ReadyForQuery, so an error the server sends after that row — a failed
+/// commit of an autocommit write, a connection lost at that moment — would
+/// go unseen and the write would be reported as done.
+pub(crate) fn first_row<T>(rows: Vec<T>) -> diesel::QueryResult<T> {
+    rows.into_iter().next().ok_or(diesel::result::Error::NotFound)
+}
+
 /// `"name"` with embedded quotes doubled: every identifier built from data
 /// goes through here.
 pub fn quote_ident(name: &str) -> String {
@@ -128,8 +139,9 @@ pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, OpsEr
         "SELECT n.nspname::text AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE c.oid = to_regclass('adk_events')",
     )
-    .get_result::<SchemaRow>(conn)
+    .load::<SchemaRow>(conn)
     .await
+    .and_then(first_row)
     .map_err(|e| match e {
         diesel::result::Error::NotFound => OpsError::NotMigrated("table adk_events does not exist".into()),
         other => OpsError::Query { context: "find adk_events".into(), source: other },

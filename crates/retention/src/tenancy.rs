@@ -3,17 +3,26 @@
 //!
 //! The role is granted the four store tables through their parents only:
 //! a partition queried directly would bypass the parent's policies, so the
-//! service role gets no privilege on any partition.
+//! service role gets no privilege on any partition. It may read the store
+//! policy and premake partitions through `adk_premake_event_partitions()`,
+//! nothing more.
 
 use diesel::QueryableByName;
 use diesel::sql_types::{Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::error::OpsError;
-use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident, quote_literal};
+use crate::sql::{LockPolicy, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
 
 /// The tables a service role reads and writes.
 pub const STORE_TABLES: [&str; 4] = ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states"];
+
+/// The policy row the store functions read.
+pub const POLICY_TABLE: &str = "adk_store_policy";
+
+/// The SECURITY DEFINER function that premakes today's (and the policy's
+/// coming days') partitions for a caller that does not own the tables.
+pub const PREMAKE_FUNCTION: &str = "adk_premake_event_partitions";
 
 /// How to set the role up.
 #[derive(Debug, Clone, Default)]
@@ -58,8 +67,9 @@ fn check_role_name(role: &str) -> Result<(), OpsError> {
 async fn role_exists(conn: &mut AsyncPgConnection, role: &str) -> Result<bool, OpsError> {
     Ok(diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1) AS exists")
         .bind::<Text, _>(role)
-        .get_result::<ExistsRow>(conn)
+        .load::<ExistsRow>(conn)
         .await
+        .and_then(first_row)
         .map_err(OpsError::query("look the role up"))?
         .exists)
 }
@@ -103,8 +113,9 @@ pub async fn setup_service_role(
          FROM pg_roles r WHERE r.rolname = $1",
     )
     .bind::<Text, _>(role)
-    .get_result::<RoleRow>(&mut conn)
+    .load::<RoleRow>(&mut conn)
     .await
+    .and_then(first_row)
     .map_err(OpsError::query("inspect the role"))?;
     if row.superuser || row.bypass_rls || row.owns_tables {
         return Err(OpsError::Conflict(format!(
@@ -118,5 +129,21 @@ pub async fn setup_service_role(
     let tables = STORE_TABLES.iter().map(|t| format!("{schema}.{}", quote_ident(t))).collect::<Vec<_>>().join(", ");
     ddl(&mut conn, &format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {quoted_role}"), &policy).await?;
     report.granted = STORE_TABLES.iter().map(|t| (*t).to_owned()).collect();
+
+    // The store functions run as their caller and read the policy row; the
+    // role reads it but never changes it (that is the operator's
+    // `adk-pg policy set`, as the owner).
+    ddl(&mut conn, &format!("GRANT SELECT ON {schema}.{} TO {quoted_role}", quote_ident(POLICY_TABLE)), &policy)
+        .await?;
+    report.granted.push(format!("{POLICY_TABLE} (read only)"));
+    // The store calls this when an append finds no partition for today; it
+    // runs as the owner and makes only the days the policy asks for.
+    ddl(
+        &mut conn,
+        &format!("GRANT EXECUTE ON FUNCTION {schema}.{}() TO {quoted_role}", quote_ident(PREMAKE_FUNCTION)),
+        &policy,
+    )
+    .await?;
+    report.granted.push(format!("{PREMAKE_FUNCTION}() (execute)"));
     Ok(report)
 }

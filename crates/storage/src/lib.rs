@@ -6,11 +6,13 @@
 //! through the store or through the functions exported here.
 
 pub mod migrations;
+pub mod policy;
 pub mod pool;
 pub mod schema;
 pub mod schema_print;
 
 pub use migrations::{MigrationError, run_pending_migrations};
+pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, read_policy, set_policy};
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;
 

@@ -36,6 +36,18 @@ fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
 /// are missing, so a new database takes appends at once, before any
 /// maintenance has run. Returns the versions applied, oldest first.
 pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    migrate(database_url, true).await
+}
+
+/// Applies every pending migration and nothing else, for a caller that
+/// makes partitions on its own terms: creating a partition locks
+/// `adk_events` and `adk_sessions` exclusively, which a live conversion must
+/// not do behind its writers' backs.
+pub async fn apply_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    migrate(database_url, false).await
+}
+
+async fn migrate(database_url: &str, premake: bool) -> Result<Vec<String>, MigrationError> {
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
         use diesel::connection::SimpleConnection;
@@ -46,8 +58,10 @@ pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, M
             .iter()
             .map(MigrationVersion::to_string)
             .collect();
-        conn.batch_execute("SELECT adk_premake_event_partitions()")
-            .map_err(|e| MigrationError::Apply(format!("making today's event partitions: {e}")))?;
+        if premake {
+            conn.batch_execute("SELECT adk_premake_event_partitions()")
+                .map_err(|e| MigrationError::Apply(format!("making today's event partitions: {e}")))?;
+        }
         Ok(applied)
     })
     .await?
