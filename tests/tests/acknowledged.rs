@@ -239,7 +239,7 @@ async fn append_until_acknowledged(
             // A dropped connection misread as a missing partition would send
             // an operator to run maintenance that fixes nothing.
             Err(StoreError::PartitionMissing { day }) => {
-                return Err(format!("{key}: PartitionMissing({day}) while the partition exists"));
+                return Err(format!("{key}: PartitionMissing({day:?}) while the partition exists"));
             }
             Err(e) if e.is_retryable() => {
                 counters.retries.fetch_add(1, Ordering::Relaxed);

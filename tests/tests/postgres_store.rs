@@ -168,7 +168,7 @@ async fn a_missing_partition_is_a_loud_typed_error() {
     // Move the (still empty) session to a day nobody premade.
     sql.execute("UPDATE adk_sessions SET session_day = '2001-02-03'", &[]).await.expect("move day");
     let err = store.append(&key, Event::new("user"), AppendOptions::default()).await.expect_err("no partition");
-    assert_eq!(err, StoreError::PartitionMissing { day: chrono::NaiveDate::from_ymd_opt(2001, 2, 3).expect("day") });
+    assert_eq!(err, StoreError::PartitionMissing { day: chrono::NaiveDate::from_ymd_opt(2001, 2, 3) });
     let session = store.get(&key, GetOptions::default()).await.expect("get");
     assert_eq!(session.version, 0, "nothing may be written");
 }

@@ -279,3 +279,28 @@ async fn the_service_role_reads_the_policy_and_premakes_but_changes_nothing() {
     let message = other_day.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
     assert!(message.contains("must be owner") || message.starts_with("permission denied"), "{other_day:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_role_store_makes_todays_missing_partition_itself() {
+    let db = test_database().await;
+    let (_role, service_url) = service_role(&db).await;
+    let owner = client(db.url()).await;
+    // As on a new day that maintenance has not reached: no partition for today.
+    owner
+        .batch_execute("DO $$ BEGIN EXECUTE format('DROP TABLE %I', adk_event_partition_name((now() AT TIME ZONE 'UTC')::date)); END $$")
+        .await
+        .expect("drop today's partition");
+    let service = PgSessionStore::connect(&service_url, &PoolConfig::default(), StoreConfig::default())
+        .await
+        .expect("connect as the service role")
+        .with_tenant_scope(TenantScope::PerRequest);
+    let request = CreateSession::new(AppName::new("alpha").expect("app"), UserId::new("u1").expect("user"));
+    let session = service.create(request).await.expect("create");
+    let appended = service
+        .append(&session.key, with_delta(json!({"step": 1})), AppendOptions::default())
+        .await
+        .expect("the first append makes today's partition and is stored");
+    assert_eq!(appended.seq, Some(1));
+    let stored: i64 = owner.query_one("SELECT count(*) FROM adk_events", &[]).await.expect("count").get(0);
+    assert_eq!(stored, 1);
+}

@@ -79,7 +79,7 @@ pub fn to_adk_error(error: StoreError) -> AdkError {
         StoreError::SessionClosed { successor: Some(successor), .. } => {
             metadata.insert("successor".to_owned(), Value::from(successor.as_str()));
         }
-        StoreError::PartitionMissing { day } => {
+        StoreError::PartitionMissing { day: Some(day) } => {
             metadata.insert("day".to_owned(), Value::from(day.to_string()));
         }
         _ => {}

@@ -39,10 +39,17 @@ pub enum StoreError {
     /// The session is older than the maximum lifetime; roll it over.
     #[error("session {key} is older than the maximum session lifetime of {max_lifetime:?}; roll it over")]
     LifetimeExceeded { key: SessionKey, max_lifetime: Duration },
-    /// The event partition for the session's day does not exist: partition
-    /// maintenance has not run. Loud on purpose; there is no fallback.
-    #[error("no event partition exists for session day {day}; run partition maintenance (adk-pg maintain)")]
-    PartitionMissing { day: NaiveDate },
+    /// The event partition for the session's day does not exist and the
+    /// store could not make it (the day is not one the policy premakes, or
+    /// the role may not run `adk_premake_event_partitions`). Loud on purpose;
+    /// there is no fallback. `day` is `None` when the server withheld it:
+    /// PostgreSQL names the failing row's key only to a role that may read
+    /// the table directly.
+    #[error(
+        "no event partition exists for session day {}; run partition maintenance (adk-pg maintain)",
+        day.map_or_else(|| "(not disclosed to this role)".to_owned(), |d| d.to_string())
+    )]
+    PartitionMissing { day: Option<NaiveDate> },
     /// A server-side statement or lock timeout fired; nothing was written.
     #[error("timed out waiting for {what}")]
     Timeout { what: String },

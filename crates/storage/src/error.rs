@@ -26,10 +26,7 @@ pub(crate) fn from_diesel(error: DieselError, state_field: &str) -> StoreError {
             let constraint = info.constraint_name().unwrap_or_default();
             match kind {
                 DatabaseErrorKind::CheckViolation if message.starts_with("no partition of relation") => {
-                    match info.details().and_then(partition_day) {
-                        Some(day) => StoreError::PartitionMissing { day },
-                        None => StoreError::Database { message: message.to_owned() },
-                    }
+                    StoreError::PartitionMissing { day: info.details().and_then(partition_day) }
                 }
                 DatabaseErrorKind::CheckViolation if constraint.ends_with("_state_size") => StoreError::StateTooLarge {
                     field: format!("{state_field} ({} scope)", scope_of(constraint)),
