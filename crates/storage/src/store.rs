@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::call::{Arg, Call};
 use crate::error::{from_diesel, from_pool};
+use crate::policy::interval_duration;
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
 /// Which app a store tells row-level security it acts for. With the
@@ -377,17 +378,6 @@ fn only_row<T>(rows: Vec<T>, function: &str) -> Result<T, StoreError> {
     single(rows).ok_or_else(|| StoreError::Database { message: format!("{function} returned no row") })
 }
 
-/// An interval read as exact time, a day as 24 hours and a month as 30
-/// days, the way the SQL functions read the policy.
-fn duration_of(interval: PgInterval) -> Duration {
-    const DAY_MICROS: i64 = 24 * 3600 * 1_000_000;
-    let micros = interval
-        .microseconds
-        .saturating_add(i64::from(interval.days).saturating_mul(DAY_MICROS))
-        .saturating_add(i64::from(interval.months).saturating_mul(30 * DAY_MICROS));
-    Duration::from_micros(u64::try_from(micros).unwrap_or_default())
-}
-
 fn version(seq: i64) -> u64 {
     u64::try_from(seq).unwrap_or_default()
 }
@@ -702,7 +692,7 @@ impl SessionStore for PgSessionStore {
             }),
             "too_old" => Err(StoreError::LifetimeExceeded {
                 key: key.clone(),
-                max_lifetime: row.max_lifetime.map(duration_of).unwrap_or_default(),
+                max_lifetime: row.max_lifetime.as_ref().and_then(interval_duration).unwrap_or_default(),
             }),
             other => {
                 Err(StoreError::Database { message: format!("adk_append_event returned unknown outcome {other:?}") })
