@@ -88,6 +88,7 @@ macro_rules! conformance_tests {
             delete_removes_events_and_keeps_app_and_user_state,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
+            app_names_that_look_alike_are_refused,
             bad_state_keys_are_refused_and_nothing_is_written,
             bad_events_are_refused_and_nothing_is_written,
             state_over_the_size_cap_is_refused_and_nothing_is_written,
@@ -1203,17 +1204,16 @@ pub async fn identifiers_are_exact_strings<F: StoreFactory>(f: &F) {
         assert_eq!(session_ids(&listed), [format!("s{i}")], "user {user:?} sees only their session");
         assert_eq!(listed[0].state, obj(json!({ "user:who": i })), "user {user:?} has their own user state");
     }
-    let upper = AppName::new(app.as_str().to_uppercase()).expect("app name");
-    let spaced = AppName::new(format!("{app} ")).expect("app name");
-    for other in [&upper, &spaced] {
-        let user = UserId::new("u%").expect("user id");
-        assert!(list_all(&*store, other, &user).await.is_empty(), "{other:?} is another app");
-        expect_not_found(
-            store.get(&key(other, &user, "s0"), GetOptions::default()).await,
-            &key(other, &user, "s0"),
-            "get",
-        );
-    }
+    // App names are exact: case matters. Names that differ only invisibly are
+    // refused instead (app_names_that_look_alike_are_refused).
+    let other = AppName::new(app.as_str().to_uppercase()).expect("app name");
+    let user = UserId::new("u%").expect("user id");
+    assert!(list_all(&*store, &other, &user).await.is_empty(), "{other:?} is another app");
+    expect_not_found(
+        store.get(&key(&other, &user, "s0"), GetOptions::default()).await,
+        &key(&other, &user, "s0"),
+        "get",
+    );
     // Session ids are exact too, apart from the trimming create does.
     let user = UserId::new("ids").expect("user id");
     for id in ["Case", "case", "a%", "a_", "quote'id"] {
@@ -1904,4 +1904,54 @@ pub async fn an_expired_sessions_id_is_free_at_once<F: StoreFactory>(f: &F) {
     // A live session's id is still taken.
     let taken = store.create(CreateSession::new(app.clone(), user.clone()).with_id("reused")).await;
     assert_eq!(taken, Err(StoreError::AlreadyExists(fresh.key.clone())));
+}
+
+// ---------------------------------------------------------------------------
+// app names that look alike
+
+/// An app name is the tenant key roles are bound to, so a name that only
+/// looks like another (another Unicode normal form, surrounding whitespace,
+/// a control character) is refused, never normalised; the names a store does
+/// get are stored as given and compared byte for byte, so case matters.
+pub async fn app_names_that_look_alike_are_refused<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (base, user) = names("lookalike");
+    let nfc = AppName::new(format!("{base}-caf\u{e9}")).expect("an NFC app name");
+    let nfd = format!("{base}-cafe\u{301}");
+    let bad_names = [
+        nfd.clone(),
+        format!("{nfc} "),
+        format!(" {nfc}"),
+        format!("{nfc}\n"),
+        format!("\u{a0}{nfc}"),
+        format!("{base}\u{7}"),
+        format!("{base}\u{1b}[0m"),
+        format!("ap\u{7f}p-{base}"),
+    ];
+    for bad in &bad_names {
+        expect_invalid(AppName::new(bad.as_str()), |f| f == "app_name", &format!("app {bad:?}"));
+        expect_invalid(SessionKey::parse(bad, "u", "s"), |f| f == "app_name", &format!("key {bad:?}"));
+        assert!(serde_json::from_value::<AppName>(json!(bad)).is_err(), "deserialising app {bad:?}");
+    }
+    // The rule is the app name's: user and session ids keep theirs.
+    assert_eq!(UserId::new(nfd.as_str()).expect("an NFD user id").as_str(), nfd);
+
+    // The NFC name is stored exactly as given and found under exactly it.
+    let id = format!("lookalike-{}", uuid::Uuid::new_v4().simple());
+    let session = create(&*store, &nfc, &user, &id, json!({"app:who": "nfc"})).await;
+    assert_eq!(get(&*store, &session.key).await.key.app_name.as_str(), nfc.as_str());
+    assert_eq!(store.find_by_id(&session.key.session_id, 2).await.expect("find"), std::slice::from_ref(&session.key));
+
+    // Case matters: the upper-case spelling is another tenant, with its own
+    // sessions and app state.
+    let upper = AppName::new(nfc.as_str().to_uppercase()).expect("an upper-case app name");
+    assert_ne!(upper, nfc);
+    assert!(list_all(&*store, &upper, &user).await.is_empty(), "{upper:?} is another app");
+    expect_not_found(store.get(&key(&upper, &user, &id), GetOptions::default()).await, &key(&upper, &user, &id), "get");
+    let other = create(&*store, &upper, &user, &id, json!({"app:who": "upper"})).await;
+    assert_eq!(get(&*store, &session.key).await.state, obj(json!({"app:who": "nfc"})));
+    assert_eq!(get(&*store, &other.key).await.state, obj(json!({"app:who": "upper"})));
+    let found: BTreeSet<SessionKey> =
+        store.find_by_id(&session.key.session_id, 3).await.expect("find").into_iter().collect();
+    assert_eq!(found, BTreeSet::from([session.key, other.key]));
 }

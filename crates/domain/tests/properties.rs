@@ -2,7 +2,7 @@
 //! least 256 cases (`PROPTEST_CASES`).
 
 use adk_postgres_domain::state::{APP_PREFIX, TEMP_PREFIX, USER_PREFIX, merge_scopes};
-use adk_postgres_domain::{AppName, Event, ScopedState, SessionId, State, StoreError};
+use adk_postgres_domain::{AppName, Event, ScopedState, SessionId, State, StoreError, UserId};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -49,13 +49,27 @@ proptest! {
         let value = if nul { format!("{raw}\u{0}") } else { raw.clone() };
         let chars = value.chars().count();
         let valid = (1..=128).contains(&chars) && !value.contains('\0');
-        let parsed = AppName::new(value.clone());
+        let parsed = UserId::new(value.clone());
+        prop_assert_eq!(parsed.is_ok(), valid);
+        if let Err(StoreError::InvalidInput { field, .. }) = &parsed {
+            prop_assert_eq!(field.as_str(), "user_id");
+        }
+        if let Ok(id) = parsed {
+            prop_assert_eq!(id.as_str(), value.as_str(), "stored literally, never altered");
+        }
+    }
+
+    #[test]
+    fn app_names_also_refuse_names_that_only_look_alike(raw in "\\s?[\\PC\\t\\u{7}]{0,140}\\s?") {
+        let lookalike = raw.trim() != raw || raw.contains(char::is_control) || !unicode_normalization::is_nfc(&raw);
+        let valid = UserId::new(raw.clone()).is_ok() && !lookalike;
+        let parsed = AppName::new(raw.clone());
         prop_assert_eq!(parsed.is_ok(), valid);
         if let Err(StoreError::InvalidInput { field, .. }) = &parsed {
             prop_assert_eq!(field.as_str(), "app_name");
         }
         if let Ok(name) = parsed {
-            prop_assert_eq!(name.as_str(), value.as_str(), "stored literally, never altered");
+            prop_assert_eq!(name.as_str(), raw.as_str(), "stored literally, never altered");
         }
     }
 
