@@ -1,5 +1,8 @@
-//! Row-level security: a service role acting for one app cannot see or
-//! touch another app's rows, even through a query without an app filter.
+//! Tenancy as an operator sets it up: a service role bound to its apps acts
+//! for those only, through the store's operations only; a role granted
+//! direct reads sees only the rows of an app it is bound to and acts for,
+//! even through a query without an app filter. The escape suite
+//! (`escape.rs`) tries the ways around this.
 
 use std::sync::Arc;
 
@@ -7,16 +10,18 @@ use adk_postgres_domain::{
     AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionKey, SessionStore, StoreConfig,
     StoreError, UserId,
 };
-use adk_postgres_retention::{ServiceRoleOptions, setup_service_role};
+use adk_postgres_retention::{AppBinding, STORE_FUNCTIONS, STORE_TABLES, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::pg::{client, store};
 use serde_json::json;
 
-/// A login role unique to this test, set up the way an operator would.
-async fn service_role(db: &TestDatabase) -> (String, String) {
+/// A login role unique to this test, bound to `apps` the way an operator
+/// would.
+async fn service_role(db: &TestDatabase, apps: &[&str]) -> (String, String) {
     let role = format!("adk_service_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let report = setup_service_role(db.url(), &role, &ServiceRoleOptions { create: true, password: None })
+    let apps = AppBinding::Apps(apps.iter().map(|a| (*a).to_owned()).collect());
+    let report = setup_service_role(db.url(), &role, &ServiceRoleOptions { create: true, password: None, apps })
         .await
         .expect("set up the service role");
     assert!(report.created);
@@ -59,7 +64,7 @@ async fn two_tenants(db: &TestDatabase) -> (SessionKey, SessionKey) {
 async fn a_tenant_cannot_reach_another_apps_sessions() {
     let db = test_database().await;
     let (alpha, beta) = two_tenants(&db).await;
-    let (_, service_url) = service_role(&db).await;
+    let (_, service_url) = service_role(&db, &["alpha"]).await;
     let scoped = PgSessionStore::connect(&service_url, &PoolConfig::default(), StoreConfig::default())
         .await
         .expect("connect as the service role")
@@ -73,11 +78,11 @@ async fn a_tenant_cannot_reach_another_apps_sessions() {
     let listed =
         scoped.list(&ListSessions::new(beta.app_name.clone(), beta.user_id.clone())).await.expect("list another app");
     assert!(listed.sessions.is_empty());
-    assert!(matches!(
-        scoped.append(&beta, Event::new("user"), AppendOptions::default()).await,
-        Err(StoreError::NotFound(_))
-    ));
-    scoped.delete(&beta).await.expect("deleting what you cannot see is a no-op");
+    let append_elsewhere =
+        scoped.append(&beta, Event::new("user"), AppendOptions::default()).await.expect_err("append to another app");
+    assert!(matches!(append_elsewhere, StoreError::PermissionDenied { .. }), "{append_elsewhere:?}");
+    let delete_elsewhere = scoped.delete(&beta).await.expect_err("delete in another app");
+    assert!(matches!(delete_elsewhere, StoreError::PermissionDenied { .. }), "{delete_elsewhere:?}");
     let create_elsewhere = scoped
         .create(CreateSession::new(AppName::new("beta").expect("app"), UserId::new("u2").expect("user")))
         .await
@@ -95,21 +100,38 @@ async fn a_tenant_cannot_reach_another_apps_sessions() {
 async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     let db = test_database().await;
     two_tenants(&db).await;
-    let (_, service_url) = service_role(&db).await;
-    let sql = client(&service_url).await;
+    // The service role itself reads no table at all.
+    let (_, service_url) = service_role(&db, &["alpha"]).await;
+    let denied = client(&service_url).await.query("SELECT * FROM adk_sessions", &[]).await.expect_err("no SELECT");
+    let message = denied.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.starts_with("permission denied"), "{denied:?}");
+
+    // A reporting role bound to alpha, after the broad grant operators make.
+    let (reporting, reporting_url) = service_role(&db, &["alpha"]).await;
+    let owner = client(db.url()).await;
+    owner
+        .batch_execute(&format!("GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO \"{reporting}\""))
+        .await
+        .expect("broad grant");
+    let partition: String = owner
+        .query_one("SELECT adk_event_partition_name((now() AT TIME ZONE 'UTC')::date)", &[])
+        .await
+        .expect("partition")
+        .get(0);
+    let sql = client(&reporting_url).await;
     let counts = async |sql: &tokio_postgres::Client| -> Vec<i64> {
         let mut counts = Vec::new();
-        for table in ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states"] {
+        for table in ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states", partition.as_str()] {
             counts.push(sql.query_one(&format!("SELECT count(*) FROM {table}"), &[]).await.expect("count").get(0));
         }
         counts
     };
-    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0], "no tenant set: nothing visible");
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "no tenant set: nothing visible");
 
     sql.batch_execute("BEGIN; SELECT set_config('adk.app_name', 'alpha', true)").await.expect("enter alpha");
-    assert_eq!(counts(&sql).await, vec![1, 1, 1, 1]);
+    assert_eq!(counts(&sql).await, vec![1, 1, 1, 1, 1]);
     let apps: Vec<String> = sql
-        .query("SELECT DISTINCT app_name FROM adk_events", &[])
+        .query(&format!("SELECT DISTINCT app_name FROM {partition}"), &[])
         .await
         .expect("apps")
         .iter()
@@ -125,21 +147,12 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     sql.batch_execute("ROLLBACK").await.expect("rollback");
 
     // The setting was transaction-local: it is gone.
-    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0]);
-
-    // A partition reached directly is not granted at all.
-    let partition: String = client(db.url())
-        .await
-        .query_one("SELECT adk_event_partition_name((now() AT TIME ZONE 'UTC')::date)", &[])
-        .await
-        .expect("partition")
-        .get(0);
-    let denied = sql.query(&format!("SELECT * FROM {partition}"), &[]).await.expect_err("partition access");
-    let message = denied.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
-    assert!(message.starts_with("permission denied"), "{denied:?}");
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0]);
+    // Naming an app it is not bound to shows nothing.
+    sql.batch_execute("SET adk.app_name = 'beta'").await.expect("forge beta");
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "a forged tenant sees nothing");
 
     // The owner, without any role switch, is not restricted (by design).
-    let owner = client(db.url()).await;
     let all: i64 = owner.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);
     assert_eq!(all, 2);
 }
@@ -147,7 +160,7 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_hammering_one_pool_never_see_each_other() {
     let db = test_database().await;
-    let (_, service_url) = service_role(&db).await;
+    let (_, service_url) = service_role(&db, &["alpha", "beta"]).await;
     let shared = Arc::new(
         PgSessionStore::connect(
             &service_url,
@@ -239,26 +252,44 @@ async fn a_role_exempt_from_row_level_security_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_service_role_reads_the_policy_and_premakes_but_changes_nothing() {
+async fn the_service_role_runs_the_store_operations_and_nothing_else() {
     let db = test_database().await;
-    let (role, service_url) = service_role(&db).await;
+    let (role, service_url) = service_role(&db, &["alpha"]).await;
     let owner = client(db.url()).await;
-    let privileges: (bool, bool, bool) = owner
-        .query_one(
-            "SELECT has_table_privilege($1, 'adk_store_policy', 'SELECT'),
-                    has_table_privilege($1, 'adk_store_policy', 'UPDATE'),
-                    has_function_privilege($1, 'adk_premake_event_partitions()', 'EXECUTE')",
+    for table in STORE_TABLES {
+        let any: bool = owner
+            .query_one(
+                "SELECT has_table_privilege($1, $2, 'SELECT') OR has_table_privilege($1, $2, 'INSERT')
+                     OR has_table_privilege($1, $2, 'UPDATE') OR has_table_privilege($1, $2, 'DELETE')
+                     OR has_table_privilege($1, $2, 'TRUNCATE')",
+                &[&role, &table],
+            )
+            .await
+            .expect("table privileges")
+            .get(0);
+        assert!(!any, "{role} holds a privilege on {table}");
+    }
+    let executable: Vec<String> = owner
+        .query(
+            "SELECT p.proname::text FROM pg_proc p
+             WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'adk\\_%'
+               AND has_function_privilege($1, p.oid, 'EXECUTE')
+             ORDER BY 1",
             &[&role],
         )
         .await
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .expect("privileges");
-    assert_eq!(privileges, (true, false, true), "read the policy, never change it; premake");
+        .expect("functions")
+        .iter()
+        .map(|r| r.get(0))
+        // Row-level security calls these as the querying role; they answer
+        // only about that role.
+        .filter(|f: &String| f != "adk_acting_app" && f != "adk_is_store_owner")
+        .collect();
+    let mut expected: Vec<String> = STORE_FUNCTIONS.iter().map(|f| (*f).to_owned()).collect();
+    expected.sort();
+    assert_eq!(executable, expected, "exactly the store's operations");
 
     let sql = client(&service_url).await;
-    let premake_days: i32 =
-        sql.query_one("SELECT premake_days FROM adk_store_policy", &[]).await.expect("read the policy").get(0);
-    assert_eq!(premake_days, 7);
     // Partitions it is missing are made as the owner, for the policy's days only.
     owner
         .batch_execute("DO $$ BEGIN EXECUTE format('DROP TABLE %I', adk_event_partition_name((now() AT TIME ZONE 'UTC')::date + 2)); END $$")
@@ -283,7 +314,7 @@ async fn the_service_role_reads_the_policy_and_premakes_but_changes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_service_role_store_makes_todays_missing_partition_itself() {
     let db = test_database().await;
-    let (_role, service_url) = service_role(&db).await;
+    let (_role, service_url) = service_role(&db, &["alpha"]).await;
     let owner = client(db.url()).await;
     // As on a new day that maintenance has not reached: no partition for today.
     owner

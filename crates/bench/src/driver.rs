@@ -13,7 +13,7 @@ use adk_postgres_domain::{
     AppName as StoreApp, AppendOptions, CreateSession, GetOptions, ListSessions, SessionKey, SessionStore,
     UserId as StoreUser,
 };
-use adk_postgres_storage::{PgSessionStore, PoolConfig};
+use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_session::{AppendEventRequest, CreateRequest, Event, GetRequest, ListRequest, SessionService};
 use anyhow::{Context as _, anyhow};
 
@@ -97,16 +97,17 @@ impl Driver {
     pub async fn connect(peer: Peer, url: &str) -> anyhow::Result<Self> {
         Ok(match peer {
             Peer::Floor => return Err(anyhow!("the floor is driven by pgbench")),
-            Peer::Ours => Driver::Service(Arc::new(
-                PgSessionService::connect_with(url, &pool_config(), Default::default())
+            Peer::Ours => Driver::Service(Arc::new(PgSessionService::from_store(
+                PgSessionStore::connect(url, &pool_config(), Default::default())
                     .await
-                    .map_err(|e| anyhow!("{e}"))
-                    .context("connecting our adk service")?,
-            )),
+                    .context("connecting our adk service")?
+                    .with_tenant_scope(TenantScope::PerRequest),
+            ))),
             Peer::OursStore => Driver::Store(
                 PgSessionStore::connect(url, &pool_config(), Default::default())
                     .await
-                    .context("connecting our store")?,
+                    .context("connecting our store")?
+                    .with_tenant_scope(TenantScope::PerRequest),
             ),
             Peer::AdkSession => {
                 // Its own constructor and sqlx's default pool (10 connections,

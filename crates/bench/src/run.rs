@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
+use adk_postgres_retention::{AppBinding, MaintenanceConfig, ServiceRoleOptions, run_maintenance, setup_service_role};
 use anyhow::{Context as _, anyhow};
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Client;
@@ -42,7 +42,10 @@ pub struct Options {
 struct Bench {
     plan: Plan,
     server: Server,
+    /// As the owner: set-up, statistics, the floor.
     urls: BTreeMap<Peer, String>,
+    /// As the bound service role, for our drivers.
+    service_urls: BTreeMap<Peer, String>,
     drivers: BTreeMap<Peer, Driver>,
     pgbench: Option<Pgbench>,
     counter: Option<StatementCounter>,
@@ -106,9 +109,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         }
         urls.insert(peer, url);
     }
+    // Our store runs as production runs it: a non-owner role bound to the
+    // app, acting per request, so the tenant check is in every figure.
+    let mut service_urls = BTreeMap::new();
+    for &peer in peers.iter().filter(|p| **p != Peer::Floor && p.our_schema()) {
+        service_urls.insert(peer, bound_service_url(&urls[&peer]).await?);
+    }
     let mut drivers = BTreeMap::new();
     for &peer in peers.iter().filter(|p| **p != Peer::Floor) {
-        drivers.insert(peer, Driver::connect(peer, &urls[&peer]).await?);
+        drivers.insert(peer, Driver::connect(peer, service_urls.get(&peer).unwrap_or(&urls[&peer])).await?);
     }
     let counter =
         if server.stat_statements { Some(StatementCounter::new(connect(server.admin_url()).await?)) } else { None };
@@ -116,6 +125,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         plan,
         server,
         urls,
+        service_urls,
         drivers,
         pgbench,
         counter,
@@ -175,6 +185,25 @@ async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
     // Premake today and the week ahead, as `adk-pg maintain` does.
     run_maintenance(url, today, &MaintenanceConfig::default()).await.context("premaking partitions")?;
     Ok(())
+}
+
+/// The role our drivers connect as in every database of the run.
+const SERVICE_ROLE: &str = "adk_bench_service";
+
+/// Sets the bench's service role up on the database at `owner_url`, bound
+/// to the workload's app, with a fresh password, and returns its URL.
+async fn bound_service_url(owner_url: &str) -> anyhow::Result<String> {
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let options = ServiceRoleOptions {
+        create: true,
+        password: Some(password.clone()),
+        apps: AppBinding::Apps(vec![APP.to_owned()]),
+    };
+    setup_service_role(owner_url, SERVICE_ROLE, &options).await.context("setting up the bench's service role")?;
+    let mut url = Url::parse(owner_url).context("parsing the database URL")?;
+    url.set_username(SERVICE_ROLE).map_err(|()| anyhow!("cannot set a user on {owner_url}"))?;
+    url.set_password(Some(&password)).map_err(|()| anyhow!("cannot set a password on {owner_url}"))?;
+    Ok(url.to_string())
 }
 
 /// The bench process's peak resident set (VmHWM), in bytes.
@@ -472,7 +501,7 @@ impl Bench {
         let n = self.plan.round_trip_ops;
         let mut counts = RoundTrips::default();
         for peer in self.peers() {
-            let url = proxied(&self.urls[&peer], proxy.port())?;
+            let url = proxied(self.service_urls.get(&peer).unwrap_or(&self.urls[&peer]), proxy.port())?;
             if peer == Peer::Floor {
                 let Some(pgbench) = self.pgbench.clone() else { continue };
                 let plain = BoundEvent::of(0)?;

@@ -59,15 +59,30 @@ pub enum Command {
         #[arg(long, default_value = "2s")]
         lock_timeout: humantime::Duration,
     },
-    /// Grant a non-owner role what the service needs, so row-level security
-    /// applies to it; creates the role with --create.
+    /// Set up the non-owner role an agent service connects as: bind it to
+    /// the apps it may act for and let it run the store's operations (and
+    /// nothing else); creates the role with --create.
     ServiceRole {
         role: String,
         #[arg(long)]
         create: bool,
-        /// Read the role's password from this environment variable.
+        /// Read the role's password from this environment variable; only its
+        /// SCRAM-SHA-256 verifier is sent to the server.
         #[arg(long)]
         password_env: Option<String>,
+        /// An app the role may act for (repeat for several). The role's
+        /// bindings become exactly these apps.
+        #[arg(long = "app", conflicts_with_all = ["all_apps", "show"])]
+        apps: Vec<String>,
+        /// Let the role act for every app: for a trusted router serving many
+        /// tenants from one pool.
+        #[arg(long, conflicts_with = "show")]
+        all_apps: bool,
+        /// Print the role's bindings and their history, change nothing.
+        #[arg(long, conflicts_with_all = ["create", "password_env"])]
+        show: bool,
+        #[arg(long)]
+        json: bool,
     },
     /// Report health; exits 2 when something needs attention.
     Status {

@@ -12,9 +12,9 @@ use std::process::ExitCode;
 use adk_pg::render;
 use adk_postgres_retention::sql::connect;
 use adk_postgres_retention::{
-    ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
+    AppBinding, ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
     conversion_plan, convert_events, create_partitioned_index, expire_sessions, health, run_maintenance,
-    setup_service_role, store_policy,
+    setup_service_role, show_service_role, store_policy,
 };
 use adk_postgres_storage::{PolicyAmendment, amend_policy, policy_changes};
 use anyhow::{Context, Result};
@@ -171,18 +171,49 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::ServiceRole { role, create, password_env } => {
+        Command::ServiceRole { role, create, password_env, apps, all_apps, show, json } => {
+            if show {
+                let view = show_service_role(&url, &role).await.context("read the service role")?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&view)?);
+                } else {
+                    println!("{}", render::service_role(&view));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let password = match password_env {
                 Some(var) => Some(std::env::var(&var).with_context(|| format!("read the password from ${var}"))?),
                 None => None,
             };
-            let report = setup_service_role(&url, &role, &ServiceRoleOptions { create, password })
+            let apps = match (all_apps, apps.is_empty()) {
+                (true, _) => AppBinding::AllApps,
+                (false, false) => AppBinding::Apps(apps),
+                (false, true) => AppBinding::Keep,
+            };
+            let report = setup_service_role(&url, &role, &ServiceRoleOptions { create, password, apps })
                 .await
                 .context("set up the service role")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             if report.created {
                 println!("created role {}", report.role);
             }
-            println!("granted {} on {}", report.role, report.granted.join(", "));
+            if report.password_set {
+                println!("set its password (only the SCRAM-SHA-256 verifier was sent)");
+            }
+            println!("{} may execute {}; it holds no table privilege", report.role, report.granted.join(", "));
+            for app in &report.bound {
+                println!("bound to {}", app.as_deref().unwrap_or("every app"));
+            }
+            for app in &report.unbound {
+                println!("unbound from {}", app.as_deref().unwrap_or("every app"));
+            }
+            println!("{} acts for: {}", report.role, report.bindings);
+            if report.bindings.is_empty() {
+                println!("WARNING: {} is bound to no app and can act for none; add --app APP", report.role);
+            }
             println!("connect the service as {} with a tenant scope (see README, Security)", report.role);
             Ok(ExitCode::SUCCESS)
         }

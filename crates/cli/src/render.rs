@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use adk_postgres_domain::StorePolicy;
-use adk_postgres_retention::{HealthReport, MaintenanceReport, PolicySummary};
+use adk_postgres_retention::{HealthReport, MaintenanceReport, PolicySummary, ServiceRoleView};
 use adk_postgres_storage::PolicyChange;
 use adk_postgres_storage::policy::printed_interval;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -226,4 +226,30 @@ pub fn maintenance_summary(report: &MaintenanceReport) -> String {
         lines.push("  (waited for another run to finish first)".into());
     }
     lines.join("\n")
+}
+
+/// `adk-pg service-role NAME --show`: what the role acts for, any table
+/// privilege it should not have, and the history of its bindings.
+pub fn service_role(view: &ServiceRoleView) -> String {
+    let mut out = format!("{} acts for: {}\n", view.role, view.bindings);
+    if view.table_privileges.is_empty() {
+        out.push_str("table privileges: none (it runs the store's operations only)\n");
+    } else {
+        out.push_str(&format!(
+            "WARNING: direct table privileges: {}; re-run adk-pg service-role to revoke them\n",
+            view.table_privileges.join(", ")
+        ));
+    }
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED).set_header(["at (UTC)", "by", "change", "app"]);
+    for change in &view.changes {
+        table.add_row([
+            change.changed_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            change.changed_by.clone(),
+            change.change.clone(),
+            change.app_name.clone().unwrap_or_else(|| "(every app)".to_owned()),
+        ]);
+    }
+    out.push_str(&table.to_string());
+    out
 }

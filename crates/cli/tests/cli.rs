@@ -148,12 +148,122 @@ async fn convert_events_dry_run_prints_sql_then_converts() {
 async fn service_role_grants_a_non_owner_and_refuses_a_superuser() {
     let db = test_database().await;
     let role = format!("adk_cli_{}", std::process::id());
-    let created = adk_pg(db.url(), &["service-role", &role, "--create"]);
+    let created = adk_pg(db.url(), &["service-role", &role, "--create", "--app", "alpha", "--app", "beta"]);
     assert!(created.status.success(), "{created:?}");
-    assert!(stdout(&created).contains("granted"), "{}", stdout(&created));
+    let text = stdout(&created);
+    assert!(text.contains("holds no table privilege") && text.contains("acts for: alpha, beta"), "{text}");
+
+    let narrowed = adk_pg(db.url(), &["service-role", &role, "--app", "beta"]);
+    assert!(stdout(&narrowed).contains("unbound from alpha"), "{}", stdout(&narrowed));
+    let router = adk_pg(db.url(), &["service-role", &role, "--all-apps"]);
+    assert!(stdout(&router).contains("acts for: every app"), "{}", stdout(&router));
+
+    let shown = adk_pg(db.url(), &["service-role", &role, "--show", "--json"]);
+    assert!(shown.status.success(), "{shown:?}");
+    let view: serde_json::Value = serde_json::from_str(&stdout(&shown)).expect("json");
+    assert_eq!(view["bindings"]["all_apps"], serde_json::json!(true), "{view}");
+    assert_eq!(view["table_privileges"], serde_json::json!([]), "{view}");
+    let changes: Vec<(String, Option<String>)> = view["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| (c["change"].as_str().unwrap_or_default().to_owned(), c["app_name"].as_str().map(str::to_owned)))
+        .collect();
+    for expected in [
+        ("bound".to_owned(), Some("alpha".to_owned())),
+        ("bound".to_owned(), Some("beta".to_owned())),
+        ("unbound".to_owned(), Some("alpha".to_owned())),
+        ("unbound".to_owned(), Some("beta".to_owned())),
+        ("bound".to_owned(), None),
+    ] {
+        assert!(changes.contains(&expected), "{expected:?} missing from {changes:?}");
+    }
+    let table = adk_pg(db.url(), &["service-role", &role, "--show"]);
+    assert!(stdout(&table).contains("table privileges: none"), "{}", stdout(&table));
+
+    let bad_app = adk_pg(db.url(), &["service-role", &role, "--app", "alpha "]);
+    assert_eq!(bad_app.status.code(), Some(1), "{bad_app:?}");
+    assert!(stderr(&bad_app).contains("leading or trailing whitespace"), "{}", stderr(&bad_app));
+
     let refused = adk_pg(db.url(), &["service-role", "postgres"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("exempt from row-level security"));
+}
+
+/// Forwards one TCP port to another and keeps every byte the client sent.
+async fn recording_proxy(upstream: std::net::SocketAddr) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = std::sync::Arc::clone(&sent);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(upstream).await.expect("upstream");
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let record = std::sync::Arc::clone(&record);
+            tokio::spawn(async move {
+                let mut buf = vec![0_u8; 8192];
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 || server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    record.lock().expect("record").extend_from_slice(&buf[..n]);
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+        }
+    });
+    (port, sent)
+}
+
+/// The password reaches the server only as a SCRAM verifier, never in a
+/// statement (nor, so, in a server log), and a quote or backslash in it
+/// cannot end the literal even with `standard_conforming_strings = off`.
+#[tokio::test(flavor = "multi_thread")]
+async fn service_role_passwords_travel_only_as_a_scram_verifier() {
+    let db = test_database().await;
+    let sql = raw(db.url()).await;
+    sql.batch_execute(&format!("ALTER DATABASE \"{}\" SET standard_conforming_strings = off", db.name()))
+        .await
+        .expect("old-style strings for every new session");
+    let mut url = url::Url::parse(db.url()).expect("url");
+    let host = url.host_str().expect("host").to_owned();
+    let upstream = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5432)))
+        .await
+        .expect("resolve")
+        .next()
+        .expect("an address");
+    let (port, sent) = recording_proxy(upstream).await;
+    url.set_host(Some("127.0.0.1")).expect("host");
+    url.set_port(Some(port)).expect("port");
+
+    let role = format!("adk_cli_pw_{}", std::process::id());
+    let password = "it's a \\'; CREATE TABLE adk_injected (); --";
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
+        .args(["service-role", &role, "--create", "--app", "alpha", "--password-env", "ADK_TEST_SERVICE_PASSWORD"])
+        .env("DATABASE_URL", url.as_str())
+        .env("ADK_TEST_SERVICE_PASSWORD", password)
+        .output()
+        .expect("run adk-pg");
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout(&output).contains("only the SCRAM-SHA-256 verifier was sent"), "{}", stdout(&output));
+
+    let wire = String::from_utf8_lossy(&sent.lock().expect("record")).into_owned();
+    assert!(wire.contains("ALTER ROLE") && wire.contains("PASSWORD 'SCRAM-SHA-256$4096:"), "no verifier sent");
+    assert!(!wire.contains("adk_injected"), "the password itself went over the wire");
+    let injected: bool =
+        sql.query_one("SELECT to_regclass('adk_injected') IS NOT NULL", &[]).await.expect("look").get(0);
+    assert!(!injected, "the password ran as SQL");
+    let stored: String = sql
+        .query_one("SELECT rolpassword FROM pg_authid WHERE rolname = $1", &[&role])
+        .await
+        .expect("stored verifier")
+        .get(0);
+    assert!(stored.starts_with("SCRAM-SHA-256$4096:"), "{stored}");
 }
 
 fn stderr(output: &Output) -> String {

@@ -33,4 +33,7 @@ pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_ind
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, run_maintenance};
 pub use policy::{KeptDay, PolicySummary, retire_before, store_policy};
 pub use sql::LockPolicy;
-pub use tenancy::{ServiceRoleOptions, ServiceRoleReport, setup_service_role};
+pub use tenancy::{
+    AppBinding, BindingChange, RoleBindings, STORE_FUNCTIONS, STORE_TABLES, ServiceRoleOptions, ServiceRoleReport,
+    ServiceRoleView, setup_service_role, show_service_role,
+};

@@ -195,6 +195,12 @@ async fn maintain_locked(
     let policy = &config.lock_policy;
     let parent = format!("{}.adk_events", quote_ident(schema));
     let qualified = |name: &str| format!("{}.{}", quote_ident(schema), quote_ident(name));
+    // In the statement that creates or attaches a partition, so no moment
+    // exists in which a role granted it directly (a default privilege, a
+    // broad GRANT) could read it without row-level security.
+    let protect = |qualified: &str| {
+        format!("SELECT {}.adk_protect_tenant_table({}::regclass)", quote_ident(schema), quote_literal(qualified))
+    };
 
     let store = store_policy(conn).await?;
     let cutoff = retire_before(&store, today);
@@ -237,10 +243,11 @@ async fn maintain_locked(
             ddl(
                 conn,
                 &format!(
-                    "ALTER TABLE {parent} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})",
+                    "ALTER TABLE {parent} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({}); {}",
                     qualified(&orphan),
                     quote_literal(&day.to_string()),
-                    quote_literal(&next.to_string())
+                    quote_literal(&next.to_string()),
+                    protect(&qualified(&orphan))
                 ),
                 policy,
             )
@@ -264,10 +271,11 @@ async fn maintain_locked(
         ddl(
             conn,
             &format!(
-                "CREATE TABLE IF NOT EXISTS {} PARTITION OF {parent} FOR VALUES FROM ({}) TO ({})",
+                "CREATE TABLE IF NOT EXISTS {} PARTITION OF {parent} FOR VALUES FROM ({}) TO ({}); {}",
                 qualified(&partition_name(day)),
                 quote_literal(&day.to_string()),
-                quote_literal(&next.to_string())
+                quote_literal(&next.to_string()),
+                protect(&qualified(&partition_name(day)))
             ),
             policy,
         )

@@ -39,10 +39,10 @@ pub async fn connect(
     policy: &LockPolicy,
 ) -> Result<AsyncPgConnection, OpsError> {
     let mut conn = AsyncPgConnection::establish(database_url).await?;
-    let app = application_name.replace('\'', "''");
     conn.batch_execute(&format!(
-        "SET application_name = '{app}'; SET DateStyle = ISO; SET TimeZone = 'UTC'; \
+        "SET application_name = {}; SET DateStyle = ISO; SET TimeZone = 'UTC'; \
          SET statement_timeout = 0; SET lock_timeout = {}",
+        quote_literal(application_name),
         policy.lock_timeout.as_millis().max(1)
     ))
     .await
@@ -122,9 +122,13 @@ pub fn quote_ident(name: &str) -> String {
 }
 
 /// `'text'` with embedded quotes doubled, for the few DDL positions that take
-/// no bind parameters (partition bounds, defaults).
+/// no bind parameters (partition bounds, defaults). Text with a backslash
+/// becomes an `E'…'` literal with the backslash doubled, as libpq's
+/// `PQescapeLiteral` does: a plain literal would read a backslash
+/// differently under `standard_conforming_strings = off`.
 pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') { format!("E'{}'", quoted.replace('\\', "\\\\")) } else { format!("'{quoted}'") }
 }
 
 #[derive(QueryableByName)]
@@ -157,5 +161,6 @@ mod tests {
     fn quoting_doubles_embedded_quotes() {
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
         assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal(r"a\'b"), r"E'a\\''b'");
     }
 }

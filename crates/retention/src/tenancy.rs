@@ -1,36 +1,99 @@
-//! The service role: the non-owner role an agent service connects as, so
-//! that row-level security applies to it (owners are exempt).
+//! The service role: the non-owner role an agent service connects as, and
+//! the apps it is bound to.
 //!
-//! The role is granted the four store tables through their parents only:
-//! a partition queried directly would bypass the parent's policies, so the
-//! service role gets no privilege on any partition. It may read the store
-//! policy and premake partitions through `adk_premake_event_partitions()`,
-//! nothing more.
+//! The role gets no privilege on any table. It may execute the store's
+//! operations, which are SECURITY DEFINER functions that check, on every
+//! call, that the role is bound to the app it asks about (the
+//! `bound_tenants` migration). So a role can neither act for an app it was
+//! not bound to nor rewrite what the store wrote for its own: it has no
+//! UPDATE to move a session's clock, no INSERT to choose an event's seq.
+//! Bindings live in `adk_role_apps` and every change to them is logged.
+//!
+//! A password is never sent: the SCRAM-SHA-256 verifier is computed here and
+//! only the verifier reaches the server (and so its logs), as `psql`'s
+//! `\password` does.
 
+use adk_postgres_domain::AppName;
+use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{Bool, Text};
-use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel::sql_types::{Array, Bool, Nullable, Oid, Text, Timestamptz};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::error::OpsError;
-use crate::sql::{LockPolicy, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
+use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident};
 
-/// The tables a service role reads and writes.
-pub const STORE_TABLES: [&str; 4] = ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states"];
+/// The tables that hold the store's data. The service role holds no
+/// privilege on any of them; setting a role up revokes what an earlier
+/// version of this tool granted.
+pub const STORE_TABLES: [&str; 7] = [
+    "adk_sessions",
+    "adk_events",
+    "adk_user_states",
+    "adk_app_states",
+    "adk_store_policy",
+    "adk_role_apps",
+    "adk_role_app_changes",
+];
 
-/// The policy row the store functions read.
-pub const POLICY_TABLE: &str = "adk_store_policy";
+/// Everything a service role may do: the store's operations, plus premaking
+/// today's partition when an append finds it missing.
+pub const STORE_FUNCTIONS: [&str; 10] = [
+    "adk_create_session",
+    "adk_load_session",
+    "adk_load_events",
+    "adk_list_sessions",
+    "adk_delete_session",
+    "adk_append_event",
+    "adk_rollover_session",
+    "adk_find_sessions",
+    "adk_rewind_session",
+    "adk_premake_event_partitions",
+];
 
-/// The SECURITY DEFINER function that premakes today's (and the policy's
-/// coming days') partitions for a caller that does not own the tables.
-pub const PREMAKE_FUNCTION: &str = "adk_premake_event_partitions";
+/// Which apps a role may act for after setup.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AppBinding {
+    /// Leave the role's bindings as they are.
+    #[default]
+    Keep,
+    /// Exactly these apps: bindings to any other app are removed.
+    Apps(Vec<String>),
+    /// Every app, present and future: for a trusted router that serves many
+    /// tenants from one pool. It still acts for one named app per call.
+    AllApps,
+}
 
 /// How to set the role up.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceRoleOptions {
     /// Create the role when it does not exist (as `LOGIN`).
     pub create: bool,
-    /// Set (or change) its password.
+    /// Set (or change) its password. Only its SCRAM verifier is sent.
     pub password: Option<String>,
+    pub apps: AppBinding,
+}
+
+/// The apps a role is bound to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RoleBindings {
+    pub all_apps: bool,
+    pub apps: Vec<String>,
+}
+
+impl RoleBindings {
+    pub fn is_empty(&self) -> bool {
+        !self.all_apps && self.apps.is_empty()
+    }
+}
+
+impl std::fmt::Display for RoleBindings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.all_apps, self.apps.is_empty()) {
+            (true, _) => f.write_str("every app"),
+            (false, true) => f.write_str("no app"),
+            (false, false) => f.write_str(&self.apps.join(", ")),
+        }
+    }
 }
 
 /// What setting the role up did.
@@ -38,11 +101,47 @@ pub struct ServiceRoleOptions {
 pub struct ServiceRoleReport {
     pub role: String,
     pub created: bool,
+    pub password_set: bool,
+    /// The functions it may execute.
     pub granted: Vec<String>,
+    /// Apps bound or unbound by this setup; `None` stands for every app.
+    pub bound: Vec<Option<String>>,
+    pub unbound: Vec<Option<String>>,
+    /// The role's bindings once setup committed.
+    pub bindings: RoleBindings,
+}
+
+/// One change to a role's bindings, as the log recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, QueryableByName)]
+pub struct BindingChange {
+    #[diesel(sql_type = Timestamptz)]
+    pub changed_at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    pub changed_by: String,
+    /// `None`: the every-app binding.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub app_name: Option<String>,
+    /// `bound` or `unbound`.
+    #[diesel(sql_type = Text)]
+    pub change: String,
+}
+
+/// A role as `adk-pg service-role NAME --show` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ServiceRoleView {
+    pub role: String,
+    pub bindings: RoleBindings,
+    /// Newest first.
+    pub changes: Vec<BindingChange>,
+    /// Store tables the role can read or write directly; empty for a role
+    /// set up by this tool.
+    pub table_privileges: Vec<String>,
 }
 
 #[derive(QueryableByName)]
 struct RoleRow {
+    #[diesel(sql_type = Oid)]
+    oid: u32,
     #[diesel(sql_type = Bool)]
     superuser: bool,
     #[diesel(sql_type = Bool)]
@@ -52,9 +151,15 @@ struct RoleRow {
 }
 
 #[derive(QueryableByName)]
-struct ExistsRow {
-    #[diesel(sql_type = Bool)]
-    exists: bool,
+struct BindingRow {
+    #[diesel(sql_type = Nullable<Text>)]
+    app_name: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct PrivilegeRow {
+    #[diesel(sql_type = Text)]
+    privilege: String,
 }
 
 fn check_role_name(role: &str) -> Result<(), OpsError> {
@@ -64,86 +169,250 @@ fn check_role_name(role: &str) -> Result<(), OpsError> {
     Ok(())
 }
 
-async fn role_exists(conn: &mut AsyncPgConnection, role: &str) -> Result<bool, OpsError> {
-    Ok(diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1) AS exists")
-        .bind::<Text, _>(role)
-        .load::<ExistsRow>(conn)
-        .await
-        .and_then(first_row)
-        .map_err(OpsError::query("look the role up"))?
-        .exists)
+/// Validates the apps to bind with the store's own rule for app names, so a
+/// role is never bound to a spelling no store call could use.
+fn checked_apps(apps: &[String]) -> Result<Vec<String>, OpsError> {
+    let mut checked = Vec::with_capacity(apps.len());
+    for app in apps {
+        let app =
+            AppName::new(app.as_str()).map_err(|e| OpsError::InvalidInput { field: "app", reason: e.to_string() })?;
+        if !checked.iter().any(|a: &String| a == app.as_str()) {
+            checked.push(app.as_str().to_owned());
+        }
+    }
+    if checked.is_empty() {
+        return Err(OpsError::InvalidInput {
+            field: "app",
+            reason: "name at least one app, or bind the role to every app explicitly".into(),
+        });
+    }
+    Ok(checked)
 }
 
-/// Grants `role` what the store needs, creating it first when asked, and
-/// refuses a role that row-level security would not restrict.
+async fn inspect_role(conn: &mut AsyncPgConnection, role: &str) -> Result<Option<RoleRow>, OpsError> {
+    let rows = diesel::sql_query(
+        "SELECT r.oid, r.rolsuper AS superuser, r.rolbypassrls AS bypass_rls,
+                EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = to_regclass('adk_sessions')
+                        AND pg_has_role(r.oid, c.relowner, 'USAGE')) AS owns_tables
+         FROM pg_roles r WHERE r.rolname = $1",
+    )
+    .bind::<Text, _>(role)
+    .load::<RoleRow>(conn)
+    .await
+    .map_err(OpsError::query("look the role up"))?;
+    Ok(rows.into_iter().next())
+}
+
+/// The SCRAM-SHA-256 verifier of `password`, checked to be plain ASCII
+/// without quotes or backslashes, so the literal carrying it means the same
+/// whatever `standard_conforming_strings` is.
+fn password_verifier(password: &str) -> Result<String, OpsError> {
+    if password.is_empty() {
+        return Err(OpsError::InvalidInput { field: "password", reason: "must not be empty".into() });
+    }
+    let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
+    if !verifier.bytes().all(|b| b.is_ascii_alphanumeric() || b"$:+/=-".contains(&b)) {
+        return Err(OpsError::InvalidInput {
+            field: "password",
+            reason: "its SCRAM verifier has an unexpected character".into(),
+        });
+    }
+    Ok(verifier)
+}
+
+/// Sets `role` up for the store: creates it when asked, refuses a role
+/// that row-level security would not restrict, grants exactly the store's
+/// operations, revokes any table privilege, and binds it to its apps in one
+/// transaction.
 pub async fn setup_service_role(
     database_url: &str,
     role: &str,
     options: &ServiceRoleOptions,
 ) -> Result<ServiceRoleReport, OpsError> {
     check_role_name(role)?;
+    let apps = match &options.apps {
+        AppBinding::Apps(apps) => Some(checked_apps(apps)?),
+        AppBinding::Keep | AppBinding::AllApps => None,
+    };
+    let verifier = options.password.as_deref().map(password_verifier).transpose()?;
     let policy = LockPolicy::default();
     let mut conn = connect(database_url, "adk-pg service-role", &policy).await?;
-    let schema = events_schema(&mut conn).await?;
+    let schema = quote_ident(&events_schema(&mut conn).await?);
     let quoted_role = quote_ident(role);
     let mut report = ServiceRoleReport { role: role.to_owned(), ..ServiceRoleReport::default() };
 
-    if !role_exists(&mut conn, role).await? {
+    if inspect_role(&mut conn, role).await?.is_none() {
         if !options.create {
             return Err(OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") });
         }
         // Two setups racing: the loser's CREATE fails; it checks again.
         if let Err(e) = conn.batch_execute(&format!("CREATE ROLE {quoted_role} LOGIN")).await
-            && !role_exists(&mut conn, role).await?
+            && inspect_role(&mut conn, role).await?.is_none()
         {
             return Err(OpsError::Query { context: format!("create role {role}"), source: e });
         }
         report.created = true;
     }
-    if let Some(password) = &options.password {
-        conn.batch_execute(&format!("ALTER ROLE {quoted_role} PASSWORD {}", quote_literal(password)))
-            .await
-            .map_err(OpsError::query("set the role's password"))?;
-    }
-
-    let row = diesel::sql_query(
-        "SELECT r.rolsuper AS superuser, r.rolbypassrls AS bypass_rls,
-                EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = to_regclass('adk_sessions')
-                        AND pg_has_role(r.oid, c.relowner, 'USAGE')) AS owns_tables
-         FROM pg_roles r WHERE r.rolname = $1",
-    )
-    .bind::<Text, _>(role)
-    .load::<RoleRow>(&mut conn)
-    .await
-    .and_then(first_row)
-    .map_err(OpsError::query("inspect the role"))?;
+    let row = inspect_role(&mut conn, role)
+        .await?
+        .ok_or_else(|| OpsError::Conflict(format!("role {role} was dropped while being set up")))?;
     if row.superuser || row.bypass_rls || row.owns_tables {
         return Err(OpsError::Conflict(format!(
             "role {role} is exempt from row-level security (superuser, BYPASSRLS or owner of the tables); \
              the service must run as a role that is none of these"
         )));
     }
+    if let Some(verifier) = verifier {
+        conn.batch_execute(&format!("ALTER ROLE {quoted_role} PASSWORD '{verifier}'"))
+            .await
+            .map_err(OpsError::query("set the role's password"))?;
+        report.password_set = true;
+    }
 
-    let schema = quote_ident(&schema);
     ddl(&mut conn, &format!("GRANT USAGE ON SCHEMA {schema} TO {quoted_role}"), &policy).await?;
     let tables = STORE_TABLES.iter().map(|t| format!("{schema}.{}", quote_ident(t))).collect::<Vec<_>>().join(", ");
-    ddl(&mut conn, &format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {quoted_role}"), &policy).await?;
-    report.granted = STORE_TABLES.iter().map(|t| (*t).to_owned()).collect();
+    ddl(&mut conn, &format!("REVOKE ALL ON {tables} FROM {quoted_role}"), &policy).await?;
+    let functions =
+        STORE_FUNCTIONS.iter().map(|f| format!("{schema}.{}", quote_ident(f))).collect::<Vec<_>>().join(", ");
+    ddl(&mut conn, &format!("GRANT EXECUTE ON FUNCTION {functions} TO {quoted_role}"), &policy).await?;
+    report.granted = STORE_FUNCTIONS.iter().map(|f| (*f).to_owned()).collect();
 
-    // The store functions run as their caller and read the policy row; the
-    // role reads it but never changes it (that is the operator's
-    // `adk-pg policy set`, as the owner).
-    ddl(&mut conn, &format!("GRANT SELECT ON {schema}.{} TO {quoted_role}", quote_ident(POLICY_TABLE)), &policy)
-        .await?;
-    report.granted.push(format!("{POLICY_TABLE} (read only)"));
-    // The store calls this when an append finds no partition for today; it
-    // runs as the owner and makes only the days the policy asks for.
-    ddl(
-        &mut conn,
-        &format!("GRANT EXECUTE ON FUNCTION {schema}.{}() TO {quoted_role}", quote_ident(PREMAKE_FUNCTION)),
-        &policy,
-    )
-    .await?;
-    report.granted.push(format!("{PREMAKE_FUNCTION}() (execute)"));
+    let role_oid = row.oid;
+    let apps_for_tx = apps.clone();
+    let binding = options.apps.clone();
+    let (bound, unbound) = conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            {
+                // Two setups of one role take turns, so the result is one
+                // of their sets, never a mix.
+                diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('adk_role_apps:' || $1::text, 0))")
+                    .bind::<Oid, _>(role_oid)
+                    .execute(conn)
+                    .await?;
+                let (unbound, bound) = match (&binding, apps_for_tx) {
+                    (AppBinding::Keep, _) => (Vec::new(), Vec::new()),
+                    (AppBinding::AllApps, _) => {
+                        let unbound = diesel::sql_query(
+                            "DELETE FROM adk_role_apps WHERE role_oid = $1 AND app_name IS NOT NULL RETURNING app_name",
+                        )
+                        .bind::<Oid, _>(role_oid)
+                        .load::<BindingRow>(conn)
+                        .await?;
+                        let bound = diesel::sql_query(
+                            "INSERT INTO adk_role_apps (role_oid, app_name) VALUES ($1, NULL)
+                             ON CONFLICT DO NOTHING RETURNING app_name",
+                        )
+                        .bind::<Oid, _>(role_oid)
+                        .load::<BindingRow>(conn)
+                        .await?;
+                        (unbound, bound)
+                    }
+                    (AppBinding::Apps(_), apps) => {
+                        let apps = apps.unwrap_or_default();
+                        let unbound = diesel::sql_query(
+                            "DELETE FROM adk_role_apps WHERE role_oid = $1
+                               AND (app_name IS NULL OR app_name <> ALL ($2)) RETURNING app_name",
+                        )
+                        .bind::<Oid, _>(role_oid)
+                        .bind::<Array<Text>, _>(&apps)
+                        .load::<BindingRow>(conn)
+                        .await?;
+                        let bound = diesel::sql_query(
+                            "INSERT INTO adk_role_apps (role_oid, app_name) SELECT $1, a FROM unnest($2::text[]) a
+                             ON CONFLICT DO NOTHING RETURNING app_name",
+                        )
+                        .bind::<Oid, _>(role_oid)
+                        .bind::<Array<Text>, _>(&apps)
+                        .load::<BindingRow>(conn)
+                        .await?;
+                        (unbound, bound)
+                    }
+                };
+                Ok((
+                    bound.into_iter().map(|r| r.app_name).collect::<Vec<_>>(),
+                    unbound.into_iter().map(|r| r.app_name).collect::<Vec<_>>(),
+                ))
+            }
+        })
+        .await
+        .map_err(OpsError::query("bind the role to its apps"))?;
+    report.bound = bound;
+    report.unbound = unbound;
+    report.bindings = read_bindings(&mut conn, role_oid).await?;
     Ok(report)
+}
+
+async fn read_bindings(conn: &mut AsyncPgConnection, role_oid: u32) -> Result<RoleBindings, OpsError> {
+    let rows =
+        diesel::sql_query("SELECT app_name FROM adk_role_apps WHERE role_oid = $1 ORDER BY app_name NULLS FIRST")
+            .bind::<Oid, _>(role_oid)
+            .load::<BindingRow>(conn)
+            .await
+            .map_err(OpsError::query("read the role's bindings"))?;
+    let mut bindings = RoleBindings::default();
+    for row in rows {
+        match row.app_name {
+            Some(app) => bindings.apps.push(app),
+            None => bindings.all_apps = true,
+        }
+    }
+    Ok(bindings)
+}
+
+/// The apps `role` is bound to, the log of changes to them, and any direct
+/// table privilege it holds (there should be none).
+pub async fn show_service_role(database_url: &str, role: &str) -> Result<ServiceRoleView, OpsError> {
+    check_role_name(role)?;
+    let mut conn = connect(database_url, "adk-pg service-role", &LockPolicy::default()).await?;
+    let schema = events_schema(&mut conn).await?;
+    let row = inspect_role(&mut conn, role)
+        .await?
+        .ok_or_else(|| OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") })?;
+    let bindings = read_bindings(&mut conn, row.oid).await?;
+    let changes = diesel::sql_query(
+        "SELECT changed_at, changed_by::text AS changed_by, app_name, change FROM adk_role_app_changes
+         WHERE role_oid = $1 ORDER BY changed_at DESC, app_name LIMIT 100",
+    )
+    .bind::<Oid, _>(row.oid)
+    .load::<BindingChange>(&mut conn)
+    .await
+    .map_err(OpsError::query("read the role's binding changes"))?;
+    let table_privileges = diesel::sql_query(
+        "SELECT t.name || ' ' || p.privilege AS privilege
+         FROM unnest($2::text[]) t(name)
+         CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) p(privilege)
+         WHERE has_table_privilege($1::oid, format('%I.%I', $3::text, t.name), p.privilege)
+         ORDER BY t.name, p.privilege",
+    )
+    .bind::<Oid, _>(row.oid)
+    .bind::<Array<Text>, _>(STORE_TABLES.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>())
+    .bind::<Text, _>(&schema)
+    .load::<PrivilegeRow>(&mut conn)
+    .await
+    .map_err(OpsError::query("read the role's table privileges"))?
+    .into_iter()
+    .map(|r| r.privilege)
+    .collect();
+    Ok(ServiceRoleView { role: role.to_owned(), bindings, changes, table_privileges })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verifier_is_safe_in_any_literal_and_never_the_password() {
+        let password = "it's a \\'; CREATE TABLE pwned(); --";
+        let verifier = password_verifier(password).expect("verifier");
+        assert!(verifier.starts_with("SCRAM-SHA-256$4096:"), "{verifier}");
+        assert!(!verifier.contains(password));
+        assert!(!verifier.contains('\'') && !verifier.contains('\\'));
+    }
+
+    #[test]
+    fn apps_are_checked_and_deduplicated() {
+        assert_eq!(checked_apps(&["a".into(), "a".into(), "b".into()]).expect("apps"), vec!["a", "b"]);
+        assert!(matches!(checked_apps(&[]), Err(OpsError::InvalidInput { field: "app", .. })));
+        assert!(matches!(checked_apps(&[String::new()]), Err(OpsError::InvalidInput { field: "app", .. })));
+    }
 }

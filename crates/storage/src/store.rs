@@ -32,20 +32,23 @@ use crate::error::{from_diesel, from_pool};
 use crate::policy::interval_duration;
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
-/// Which app a store tells row-level security it acts for. With the
-/// policies of the `row_level_security` migration and a service role that
-/// does not own the tables, rows of other apps are invisible and
-/// unwritable, even to a query that forgot its app filter.
+/// Which app a store says it acts for. The store's SQL functions check it
+/// against the apps the connected role is bound to (`adk-pg service-role
+/// --app`): a role that does not own the store finds nothing of, and writes
+/// nothing to, an app it was not bound to or did not name. The owner acts
+/// for every app.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TenantScope {
-    /// Set nothing: for a store running as the tables' owner, which row-level
-    /// security does not restrict.
+    /// Name no app: for a store running as the tables' owner. A bound
+    /// service role must name its app, so with `Off` it finds nothing and
+    /// its writes are refused.
     #[default]
     Off,
     /// Each operation acts for the app named in its own request: one pool
-    /// serves many apps, and no statement can touch a row of an app other
-    /// than the one it was asked about.
+    /// serves the role's apps, and no statement can touch a row of an app
+    /// other than the one it was asked about. `find_by_id`, which has no
+    /// app, searches the apps the role is bound to.
     PerRequest,
     /// Every operation acts for this one app; requests about any other app
     /// find nothing and can write nothing.
@@ -749,8 +752,8 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
-        // Per request the app is not known yet: no tenant is set, so under
-        // row-level security a non-owner finds nothing (see TenantScope).
+        // Per request the app is not known yet, so no tenant is named: the
+        // owner looks everywhere, any other role in the apps it is bound to.
         let tenant = match &self.tenant {
             TenantScope::Fixed(app) => Some(app.as_str()),
             TenantScope::Off | TenantScope::PerRequest => None,
