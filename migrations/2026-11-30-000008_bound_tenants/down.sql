@@ -537,8 +537,7 @@ BEGIN
 END;
 $$;
 
--- adk_acting_app's body names adk_role_apps; the tables' policies name
--- adk_is_store_owner.
+-- adk_acting_app's body names adk_role_apps.
 DROP FUNCTION adk_acting_app();
 DROP TABLE adk_role_app_changes;
 DROP TABLE adk_role_apps;
@@ -547,5 +546,4 @@ DROP FUNCTION adk_protect_event_partitions();
 DROP FUNCTION adk_protect_tenant_table(regclass);
 DROP FUNCTION adk_tenant_require(text, text);
 DROP FUNCTION adk_tenant_allows(text, text);
-DROP FUNCTION adk_is_store_owner(name);
 DROP FUNCTION adk_acting_role();

@@ -60,25 +60,13 @@ $$;
 CREATE TRIGGER adk_role_apps_log AFTER INSERT OR UPDATE OR DELETE ON adk_role_apps
     FOR EACH ROW EXECUTE FUNCTION adk_role_apps_log();
 
--- The role the session acts as. `role` is 'none' until a SET ROLE.
+-- The role the session acts as. `role` is 'none' until a SET ROLE. One
+-- expression, so a caller inlines it: it runs on every store call.
 CREATE FUNCTION adk_acting_role() RETURNS oid
 LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT r.oid FROM pg_roles r
-    WHERE r.rolname = CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user
-                           ELSE pg_catalog.current_setting('role') END;
-END;
-
--- Whether `p_role` owns the store (is a member of the tables' owner, or a
--- superuser): row-level security lets it through. The policies pass
--- current_user, which inside the store's SECURITY DEFINER functions is the
--- owner: those functions check the acting role themselves.
-CREATE FUNCTION adk_is_store_owner(p_role name) RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT coalesce(pg_catalog.pg_has_role(p_role, c.relowner, 'MEMBER'), false)
-    FROM pg_class c WHERE c.oid = 'adk_sessions'::regclass;
-END;
+RETURN pg_catalog.to_regrole(pg_catalog.quote_ident(
+    CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user::text
+         ELSE pg_catalog.current_setting('role') END))::oid;
 
 -- The app the acting role acts for right now: `adk.app_name` when the role
 -- is bound to that app (or to all apps), else NULL, which matches no row.
@@ -96,10 +84,13 @@ END;
 -- tenant `p_tenant`? The owner may act for any app (and with no tenant, for
 -- all of them); any other role must name the tenant, ask about that same
 -- app, and be bound to it. When allowed with a tenant, `adk.app_name` is set
--- for this transaction so that row-level security agrees. Runs on every
--- call: the binding (the common case) is looked up before ownership.
+-- for this transaction so that row-level security agrees. It runs on every
+-- call, so it looks the binding (the common case) up before ownership, and
+-- it is PL/pgSQL: its query plan is kept between calls, where an SQL
+-- function's body would be planned again in every transaction. Only the
+-- store's functions call it, as the owner: current_user is the owner here.
 CREATE FUNCTION adk_tenant_allows(p_tenant text, p_app_name text) RETURNS boolean
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql
 AS $$
 DECLARE
     acting oid;
@@ -109,21 +100,20 @@ BEGIN
     END IF;
     acting := adk_acting_role();
     IF p_tenant IS NULL THEN
-        -- current_user is this function's owner: the store's.
-        RETURN coalesce(pg_catalog.pg_has_role(acting, current_user, 'MEMBER'), false);
+        RETURN coalesce(pg_catalog.pg_has_role(acting, current_user, 'MEMBER'::text), false);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM adk_role_apps b
                    WHERE b.role_oid = acting AND (b.app_name = p_tenant OR b.app_name IS NULL))
-       AND NOT coalesce(pg_catalog.pg_has_role(acting, current_user, 'MEMBER'), false) THEN
+       AND NOT coalesce(pg_catalog.pg_has_role(acting, current_user, 'MEMBER'::text), false) THEN
         RETURN false;
     END IF;
-    PERFORM pg_catalog.set_config('adk.app_name', p_tenant, true);
+    PERFORM pg_catalog.set_config('adk.app_name'::text, p_tenant, true);
     RETURN true;
 END;
 $$;
 
--- The same, for operations that write: refusing is an error, so nothing is
--- written and the caller learns why.
+-- The same, for operations that write, called when adk_tenant_allows said
+-- no: refusing is an error, so nothing is written and the caller learns why.
 CREATE FUNCTION adk_tenant_require(p_tenant text, p_app_name text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
@@ -143,15 +133,21 @@ $$;
 -- The bindings say which apps exist and who serves them: only the owner
 -- reads them, even after a broad GRANT SELECT ON ALL TABLES.
 ALTER TABLE adk_role_apps ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-CREATE POLICY adk_owner_only ON adk_role_apps USING ((SELECT adk_is_store_owner(current_user)));
+CREATE POLICY adk_owner_only ON adk_role_apps
+    USING ((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER'::text)
+            FROM pg_catalog.pg_class c WHERE c.oid = 'adk_sessions'::regclass));
 ALTER TABLE adk_role_app_changes ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-CREATE POLICY adk_owner_only ON adk_role_app_changes USING ((SELECT adk_is_store_owner(current_user)));
+CREATE POLICY adk_owner_only ON adk_role_app_changes
+    USING ((SELECT pg_catalog.pg_has_role(current_user, c.relowner, 'MEMBER'::text)
+            FROM pg_catalog.pg_class c WHERE c.oid = 'adk_sessions'::regclass));
 
 -- The one row-level security policy, on every table holding tenant rows and
 -- on every partition: the owner sees everything (and so do the store's
 -- functions, which run as the owner and check the acting role first); any
--- other role sees and writes the rows of the app it is bound to and acts for. The function
--- calls are sub-selects so each statement evaluates them once, not per row.
+-- other role sees and writes the rows of the app it is bound to and acts for.
+-- Both tests are sub-selects, so a statement runs each at most once, not per
+-- row, and the owner's is a catalog lookup written out rather than a
+-- function: it runs in every statement of every store call.
 DROP POLICY adk_tenant_isolation ON adk_sessions;
 DROP POLICY adk_tenant_isolation ON adk_events;
 DROP POLICY adk_tenant_isolation ON adk_user_states;
@@ -168,8 +164,8 @@ BEGIN
     EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', p_table);
     IF NOT EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = p_table AND p.polname = 'adk_tenant_isolation') THEN
         EXECUTE pg_catalog.format('CREATE POLICY adk_tenant_isolation ON %s
-                            USING ((SELECT adk_is_store_owner(current_user)) OR app_name = (SELECT adk_acting_app()))
-                            WITH CHECK ((SELECT adk_is_store_owner(current_user)) OR app_name = (SELECT adk_acting_app()))',
+                            USING ((SELECT pg_catalog.pg_has_role(current_user, c.relowner, ''MEMBER''::text) FROM pg_catalog.pg_class c WHERE c.oid = ''adk_sessions''::regclass) OR app_name = (SELECT adk_acting_app()))
+                            WITH CHECK ((SELECT pg_catalog.pg_has_role(current_user, c.relowner, ''MEMBER''::text) FROM pg_catalog.pg_class c WHERE c.oid = ''adk_sessions''::regclass) OR app_name = (SELECT adk_acting_app()))',
                        p_table);
     END IF;
     RETURN true;
@@ -258,7 +254,9 @@ DECLARE
     u     jsonb;
     a     jsonb;
 BEGIN
-    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
     DELETE FROM adk_sessions x
      WHERE x.app_name = p_app_name AND x.user_id = p_user_id AND x.session_id = p_session_id
        AND x.expires_at <= pg_catalog.now();
@@ -401,7 +399,9 @@ AS $$
 DECLARE
     deleted bigint;
 BEGIN
-    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
     DELETE FROM adk_sessions s
     WHERE s.app_name = p_app_name AND s.user_id = p_user_id AND s.session_id = p_session_id;
     GET DIAGNOSTICS deleted = ROW_COUNT;
@@ -445,7 +445,9 @@ DECLARE
     next_seq   bigint;
     new_update timestamptz;
 BEGIN
-    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
     SELECT a.last_seq, a.session_day, a.created_at, a.updated_at, a.expires_at,
            a.closed_at, a.successor_id
       INTO s
@@ -559,7 +561,9 @@ DECLARE
     born record;
     ttl  interval;
 BEGIN
-    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
     SELECT a.state, a.expires_at, a.closed_at, a.successor_id
       INTO old
       FROM adk_sessions a
@@ -654,7 +658,9 @@ DECLARE
     s      record;
     folded jsonb;
 BEGIN
-    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
     SELECT a.last_seq, a.session_day, a.expires_at, a.initial_state INTO s
       FROM adk_sessions a
      WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
@@ -719,18 +725,30 @@ $$;
 
 DROP FUNCTION adk_enter_tenant(text);
 
--- No function resolves a name through a search_path its caller controls,
--- and none is callable by PUBLIC but the two that row-level security
--- evaluates as the querying role (they answer only about that role).
+-- No function resolves a name through a search_path its caller controls.
+-- A function with an SQL-standard body (BEGIN ATOMIC or RETURN) had every
+-- name bound when it was created, so the path it runs under does not
+-- matter, and without a SET clause the planner can inline it (a SET
+-- switches search_path twice on every call). Every other function gets the
+-- path pinned. None is callable by PUBLIC but the two that row-level
+-- security evaluates as the querying role (they answer only about that
+-- role).
 DO $$
 DECLARE
-    f regprocedure;
+    f      regprocedure;
+    pinned boolean;
 BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-             WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace AND p.proname LIKE 'adk\_%' LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, pg_catalog.current_schema());
+    FOR f, pinned IN SELECT p.oid::regprocedure, p.prosqlbody IS NULL FROM pg_proc p
+                     WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+                       AND p.proname LIKE 'adk\_%' LOOP
+        IF pinned THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
+                                      f, pg_catalog.current_schema());
+        ELSE
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s RESET search_path', f);
+        END IF;
         EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END;
 $$;
-GRANT EXECUTE ON FUNCTION adk_is_store_owner(name), adk_acting_app() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION adk_acting_app() TO PUBLIC;

@@ -9,8 +9,9 @@
 //!   protection first, as a table detached before the bound_tenants
 //!   migration would be), and after a legacy database is converted.
 //! * Every `adk_` function, and every SECURITY DEFINER function, in the
-//!   schema pins its `search_path` to `pg_catalog, …, pg_temp`.
-//! * No `adk_` function is executable by PUBLIC but the two row-level
+//!   schema pins its `search_path` to `pg_catalog, …, pg_temp`, unless its
+//!   body is standard SQL, whose names are bound when it is created.
+//! * No `adk_` function is executable by PUBLIC but the one row-level
 //!   security calls as the querying role.
 //!
 //! Each guard is one query listing offenders; the probe tests create an
@@ -89,7 +90,9 @@ async fn unprotected_relations(sql: &Client) -> Vec<String> {
 /// `adk_` functions, and SECURITY DEFINER functions of any name, in the
 /// schema whose `search_path` is not pinned to start at `pg_catalog` and
 /// end at `pg_temp` (unlisted, pg_temp would be searched first for tables),
-/// with the setting they have.
+/// with the setting they have. A function with an SQL-standard body
+/// (`BEGIN ATOMIC` or `RETURN`) needs no pin: PostgreSQL bound each name in
+/// it when it was created, so no path at run time can redirect one.
 async fn unpinned_functions(sql: &Client) -> Vec<String> {
     names(
         sql,
@@ -99,6 +102,7 @@ async fn unpinned_functions(sql: &Client) -> Vec<String> {
                                         'no search_path')
              FROM pg_proc p
              WHERE p.pronamespace = {SCHEMA} AND (p.proname LIKE 'adk\\_%' OR p.prosecdef)
+               AND p.prosqlbody IS NULL
                AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s
                                WHERE s ~ '^search_path=pg_catalog(,|$)' AND s ~ '(^search_path=|, *)pg_temp$')
              ORDER BY 1"
@@ -109,7 +113,7 @@ async fn unpinned_functions(sql: &Client) -> Vec<String> {
 
 /// Functions row-level security calls as the querying role: PUBLIC must be
 /// able to run them.
-const PUBLIC_FUNCTIONS: [&str; 2] = ["adk_is_store_owner", "adk_acting_app"];
+const PUBLIC_FUNCTIONS: [&str; 1] = ["adk_acting_app"];
 
 /// `adk_` functions PUBLIC may execute, but [`PUBLIC_FUNCTIONS`]. A function
 /// without an ACL has the default one, which grants PUBLIC.
@@ -289,6 +293,16 @@ async fn the_guards_list_what_they_guard_against() {
         .expect("create the definer probe");
     assert_eq!(unpinned_functions(&sql).await, vec!["probe_definer() SECURITY DEFINER: no search_path"]);
     sql.batch_execute("DROP FUNCTION probe_definer()").await.expect("drop the definer probe");
+
+    // The same body, standard-SQL: its names were bound at creation.
+    sql.batch_execute(
+        "CREATE FUNCTION adk_probe_bound() RETURNS integer LANGUAGE sql SECURITY DEFINER RETURN 1;
+         REVOKE EXECUTE ON FUNCTION adk_probe_bound() FROM PUBLIC",
+    )
+    .await
+    .expect("create the bound probe");
+    assert!(unpinned_functions(&sql).await.is_empty(), "a standard-SQL body needs no pinned path");
+    sql.batch_execute("DROP FUNCTION adk_probe_bound()").await.expect("drop the bound probe");
 
     // A tenant table with nothing, then each part of the protection in turn.
     sql.batch_execute("CREATE TABLE adk_probe_tenant (app_name text)").await.expect("create the table probe");

@@ -597,9 +597,9 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
             "CREATE OR REPLACE FUNCTION public.adk_acting_app() RETURNS text LANGUAGE sql AS $f$ SELECT 'alpha' $f$",
         ),
         (
-            "adk_is_store_owner",
-            "CREATE OR REPLACE FUNCTION public.adk_is_store_owner(p_role name) RETURNS boolean LANGUAGE sql
-             AS $f$ SELECT true $f$",
+            "adk_acting_role",
+            "CREATE OR REPLACE FUNCTION public.adk_acting_role() RETURNS oid LANGUAGE sql
+             AS $f$ SELECT 10::oid $f$",
         ),
         (
             "adk_tenant_allows",
