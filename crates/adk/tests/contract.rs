@@ -1,6 +1,9 @@
 //! The SessionService contract suite (tests/suite/mod.rs) against:
 //! - our adapter on the PostgreSQL store (each test on its own migrated
 //!   database) and on the in-memory reference store: every case;
+//! - the same as a bound service role, the way production runs it: a role
+//!   that owns nothing and holds no table privilege, bound to every app,
+//!   acting per request: every case;
 //! - adk-session's own `InMemorySessionService`: the `core` cases, which
 //!   hold the suite itself to the trait's documented behaviour.
 //!
@@ -16,7 +19,8 @@ use std::sync::Arc;
 
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_adk::domain::InMemoryStore;
-use adk_postgres_adk::storage::{PgSessionStore, PoolConfig};
+use adk_postgres_adk::storage::{PgSessionStore, PoolConfig, TenantScope};
+use adk_postgres_retention::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_testing::test_database;
 use adk_session::InMemorySessionService;
 use suite::Service;
@@ -29,6 +33,20 @@ async fn ours_on_postgres() -> (Guard, Service) {
     let store = PgSessionStore::connect(db.url(), &PoolConfig::default(), Default::default())
         .await
         .unwrap_or_else(|e| panic!("connecting to {}: {e}", db.url()));
+    (Box::new(db), Arc::new(PgSessionService::from_store(store)))
+}
+
+async fn ours_as_service_role() -> (Guard, Service) {
+    let db = test_database().await;
+    let role = format!("adk_adapter_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let options = ServiceRoleOptions { create: true, password: None, apps: AppBinding::AllApps };
+    setup_service_role(db.url(), &role, &options).await.unwrap_or_else(|e| panic!("setting up {role}: {e}"));
+    let mut url = url::Url::parse(db.url()).expect("test URL");
+    url.set_username(&role).expect("set user");
+    let store = PgSessionStore::connect(url.as_str(), &PoolConfig::default(), Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("connecting as {role}: {e}"))
+        .with_tenant_scope(TenantScope::PerRequest);
     (Box::new(db), Arc::new(PgSessionService::from_store(store)))
 }
 
@@ -73,5 +91,6 @@ macro_rules! core_cases {
 }
 
 with_cases!(all_cases! { ours_postgres, super::ours_on_postgres; });
+with_cases!(all_cases! { ours_service_role, super::ours_as_service_role; });
 with_cases!(all_cases! { ours_memory, super::ours_in_memory; });
 with_cases!(core_cases! { adk_in_memory, super::adk_in_memory; });
