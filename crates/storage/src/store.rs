@@ -587,7 +587,7 @@ impl SessionStore for PgSessionStore {
             None => (None, None),
         };
         let page_size = request.effective_page_size();
-        let rows = with_retries!(self, |conn| Call::new(LIST_SQL)
+        let mut rows = with_retries!(self, |conn| Call::new(LIST_SQL)
             .arg(Arg::OptText(self.tenant_for(&request.app_name)))
             .arg(Arg::Text(request.app_name.as_str()))
             .arg(Arg::Text(request.user_id.as_str()))
@@ -600,12 +600,19 @@ impl SessionStore for PgSessionStore {
             .map_err(|e| from_diesel(e, "state")))?;
         let more = rows.len() > page_size;
         let mut sessions = Vec::with_capacity(rows.len().min(page_size));
+        // The page's user and app state come once, on its first row: the
+        // same for every session of one app and user.
+        let (user, app) = match rows.first_mut() {
+            Some(first) => (
+                stored_state("user state", first.user_state.take())?,
+                stored_state("app state", first.app_state.take())?,
+            ),
+            None => Default::default(),
+        };
         for row in rows.into_iter().take(page_size) {
             let session_id = SessionId::new(row.session_id)
                 .map_err(|e| StoreError::Database { message: format!("stored session id is corrupt: {e}") })?;
             let session_state = stored_state("session state", Some(row.state))?;
-            let user = stored_state("user state", row.user_state)?;
-            let app = stored_state("app state", row.app_state)?;
             sessions.push(SessionSummary {
                 key: SessionKey::new(request.app_name.clone(), request.user_id.clone(), session_id),
                 state: merge_scopes(&session_state, &user, &app),
