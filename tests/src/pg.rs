@@ -1,7 +1,8 @@
 //! Raw SQL access for tests that look behind the store: catalog checks,
 //! plans, statistics and rows written without going through the store.
 
-use adk_postgres_domain::{AppName, CreateSession, SessionKey, SessionStore, StoreConfig, UserId};
+use adk_postgres_domain::{AppName, CreateSession, Event, SessionKey, SessionStore, StoreConfig, UserId};
+use adk_postgres_retention::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use tokio_postgres::{Client, NoTls};
 
@@ -22,6 +23,59 @@ pub async fn store(url: &str) -> PgSessionStore {
 
 pub async fn store_with(url: &str, config: StoreConfig) -> PgSessionStore {
     PgSessionStore::connect(url, &PoolConfig::default(), config).await.expect("connect the store")
+}
+
+/// A fresh role name: `prefix` and 12 random hex digits. Roles belong to the
+/// cluster, which the tests share, so every test makes its own.
+pub fn unique_role(prefix: &str) -> String {
+    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// `url` logging in as `role`, without a password (the test cluster trusts
+/// local logins).
+pub fn login_url(url: &str, role: &str) -> String {
+    let mut url = url::Url::parse(url).expect("test URL");
+    url.set_username(role).expect("set user");
+    url.set_password(None).expect("no password");
+    url.to_string()
+}
+
+/// A new login role named after `prefix`, set up on the store at
+/// `owner_url` the way an operator would (`adk-pg service-role --create`)
+/// and bound to `apps`. Returns its name and the URL it logs in with.
+pub async fn service_role(owner_url: &str, prefix: &str, apps: AppBinding) -> (String, String) {
+    let role = unique_role(prefix);
+    let report = setup_service_role(owner_url, &role, &ServiceRoleOptions { create: true, password: None, apps })
+        .await
+        .unwrap_or_else(|e| panic!("setting up service role {role}: {e}"));
+    assert!(report.created, "{role} is new");
+    let url = login_url(owner_url, &role);
+    (role, url)
+}
+
+/// An event whose state delta is `delta` (an object).
+pub fn with_delta(delta: serde_json::Value) -> Event {
+    let mut event = Event::new("agent");
+    event.actions.state_delta = delta.as_object().cloned().expect("a state delta is an object");
+    event
+}
+
+/// Sessions `alpha-session` of app "alpha" and `beta-session` of app
+/// "beta", for user "u1", each with one event that writes session, user and
+/// app state, written by the owner's store at `owner_url`.
+pub async fn two_tenants(owner_url: &str) -> (SessionKey, SessionKey) {
+    let owner = store(owner_url).await;
+    let mut keys = Vec::new();
+    for app in ["alpha", "beta"] {
+        let request = CreateSession::new(AppName::new(app).expect("app"), UserId::new("u1").expect("user"))
+            .with_id(format!("{app}-session"));
+        let key = owner.create(request).await.expect("create as the owner").key;
+        let delta = serde_json::json!({"user:plan": app, "app:motd": app, "topic": app});
+        owner.append(&key, with_delta(delta), Default::default()).await.expect("append as the owner");
+        keys.push(key);
+    }
+    let beta = keys.pop().expect("beta");
+    (keys.pop().expect("alpha"), beta)
 }
 
 /// Creates a session with a generated id for (app, user).

@@ -22,25 +22,15 @@ use adk_postgres_domain::{
     AppName, AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, Session, SessionId, SessionKey,
     SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
-use adk_postgres_retention::{AppBinding, ServiceRoleOptions, setup_service_role};
+use adk_postgres_retention::AppBinding;
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::conformance::StoreFactory;
 use tokio::sync::{Mutex, OnceCell};
 
-/// A new login role set up on `owner_url`'s store as an operator would, bound
-/// to `apps`; returns the URL it logs in with (the test cluster trusts local
-/// logins, so no password).
+/// A service role bound to `apps`: the URL it logs in with.
 async fn service_role(owner_url: &str, apps: AppBinding) -> String {
-    let role = format!("adk_svc_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let report = setup_service_role(owner_url, &role, &ServiceRoleOptions { create: true, password: None, apps })
-        .await
-        .unwrap_or_else(|e| panic!("setting up service role {role}: {e}"));
-    assert!(report.created, "{role} is new");
-    let mut url = url::Url::parse(owner_url).expect("test URL");
-    url.set_username(&role).expect("set user");
-    url.set_password(None).expect("no password");
-    url.to_string()
+    adk_postgres_tests::pg::service_role(owner_url, "adk_svc", apps).await.1
 }
 
 async fn connect(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessionStore {

@@ -24,14 +24,12 @@
 //!   service role makes today's missing partition itself, the owner sees
 //!   every app, and a role with direct reads sees only its bound app.
 
-use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, Event, SessionKey, SessionStore, StoreConfig, UserId,
-};
-use adk_postgres_retention::{AppBinding, MaintenanceConfig, ServiceRoleOptions, run_maintenance, setup_service_role};
+use adk_postgres_domain::{AppName, AppendOptions, CreateSession, SessionStore, StoreConfig, UserId};
+use adk_postgres_retention::{AppBinding, MaintenanceConfig, run_maintenance};
 use adk_postgres_storage::migrations::run_pending_migrations;
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, empty_database};
-use adk_postgres_tests::pg::client;
+use adk_postgres_tests::pg::{self, client, login_url, two_tenants, unique_role, with_delta};
 use chrono::{Days, NaiveDate};
 use serde_json::json;
 use tokio_postgres::Client;
@@ -59,20 +57,6 @@ struct OwnedDatabase {
     url: String,
 }
 
-/// A fresh role name: `prefix` and 12 random hex digits.
-fn unique_role(prefix: &str) -> String {
-    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
-}
-
-/// `url` logging in as `role`, without a password (the test cluster trusts
-/// local logins).
-fn as_role(url: &str, role: &str) -> String {
-    let mut url = url::Url::parse(url).expect("test URL");
-    url.set_username(role).expect("set user");
-    url.set_password(None).expect("no password");
-    url.to_string()
-}
-
 fn quote(identifier: &str) -> String {
     format!("\"{}\"", identifier.replace('"', "\"\""))
 }
@@ -97,7 +81,7 @@ async fn owned_database() -> OwnedDatabase {
             .await
             .unwrap_or_else(|e| panic!("creating owner role {owner}: {e:?}"));
     }
-    let url = as_role(db.url(), &owner);
+    let url = login_url(db.url(), &owner);
     run_pending_migrations(&url).await.unwrap_or_else(|e| panic!("migrating as {owner}: {e}"));
     client(&url)
         .await
@@ -107,16 +91,9 @@ async fn owned_database() -> OwnedDatabase {
     OwnedDatabase { _db: db, owner, url }
 }
 
-/// A new login role set up by the owner as an operator would, bound to
-/// `apps`; returns its name and the URL it logs in with.
+/// A service role the owner set up, bound to `apps`: name and login URL.
 async fn service_role(owner_url: &str, apps: AppBinding) -> (String, String) {
-    let role = unique_role("adk_svc");
-    let report = setup_service_role(owner_url, &role, &ServiceRoleOptions { create: true, password: None, apps })
-        .await
-        .unwrap_or_else(|e| panic!("setting up service role {role} as the owner: {e}"));
-    assert!(report.created, "{role} is new");
-    let url = as_role(owner_url, &role);
-    (role, url)
+    pg::service_role(owner_url, "adk_svc", apps).await
 }
 
 async fn connect(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessionStore {
@@ -124,35 +101,6 @@ async fn connect(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessio
         .await
         .unwrap_or_else(|e| panic!("connecting the store ({url}): {e}"))
         .with_tenant_scope(scope)
-}
-
-fn with_delta(delta: serde_json::Value) -> Event {
-    let mut event = Event::new("agent");
-    event.actions.state_delta = delta.as_object().cloned().expect("object");
-    event
-}
-
-/// Sessions of apps "alpha" and "beta" for one user id, each with an event
-/// and shared state, written by the owner's store.
-async fn two_tenants(owner_url: &str) -> (SessionKey, SessionKey) {
-    let owner = connect(owner_url, StoreConfig::default(), TenantScope::Off).await;
-    let mut keys = Vec::new();
-    for app in ["alpha", "beta"] {
-        let request = CreateSession::new(AppName::new(app).expect("app"), UserId::new("u1").expect("user"))
-            .with_id(format!("{app}-session"));
-        let key = owner.create(request).await.expect("create as the owner").key;
-        owner
-            .append(
-                &key,
-                with_delta(json!({"user:plan": app, "app:motd": app, "topic": app})),
-                AppendOptions::default(),
-            )
-            .await
-            .expect("append as the owner");
-        keys.push(key);
-    }
-    let beta = keys.pop().expect("beta");
-    (keys.pop().expect("alpha"), beta)
 }
 
 async fn count(sql: &Client, table: &str) -> i64 {

@@ -49,7 +49,7 @@ use adk_postgres_domain::{
 use adk_postgres_retention::{AppBinding, MaintenanceConfig, ServiceRoleOptions, run_maintenance, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
-use adk_postgres_tests::pg::{client, store};
+use adk_postgres_tests::pg::{self, client, store, with_delta};
 use serde_json::json;
 use tokio_postgres::Client;
 
@@ -137,24 +137,17 @@ struct Role {
 }
 
 fn unique(prefix: &str) -> String {
-    format!("adk_esc_{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    pg::unique_role(&format!("adk_esc_{prefix}"))
 }
 
 fn login_url(db: &TestDatabase, role: &str) -> String {
-    let mut url = url::Url::parse(db.url()).expect("test URL");
-    url.set_username(role).expect("set user");
-    url.set_password(None).expect("no password: the test cluster trusts local logins");
-    url.to_string()
+    pg::login_url(db.url(), role)
 }
 
 /// A new service role set up the way an operator would, bound to `apps`.
 async fn service_role(db: &TestDatabase, prefix: &str, apps: AppBinding) -> Role {
-    let name = unique(prefix);
-    let report = setup_service_role(db.url(), &name, &ServiceRoleOptions { create: true, password: None, apps })
-        .await
-        .expect("set up the service role");
-    assert!(report.created);
-    Role { url: login_url(db, &name), name }
+    let (name, url) = pg::service_role(db.url(), &format!("adk_esc_{prefix}"), apps).await;
+    Role { url, name }
 }
 
 /// A new login role with only USAGE on the schema: no binding, no function.
@@ -180,12 +173,6 @@ async fn store_as(role: &Role, scope: TenantScope) -> PgSessionStore {
 
 fn app(name: &str) -> AppName {
     AppName::new(name).expect("app")
-}
-
-fn with_delta(delta: serde_json::Value) -> Event {
-    let mut event = Event::new("agent");
-    event.actions.state_delta = delta.as_object().cloned().expect("object");
-    event
 }
 
 const TENANT_TABLES: [&str; 4] = ["adk_sessions", "adk_events", "adk_user_states", "adk_app_states"];

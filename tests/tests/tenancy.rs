@@ -13,51 +13,16 @@ use adk_postgres_domain::{
 use adk_postgres_retention::{AppBinding, STORE_FUNCTIONS, STORE_TABLES, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
-use adk_postgres_tests::pg::{client, store};
+use adk_postgres_tests::pg::{self, client, store, with_delta};
 use serde_json::json;
 
-/// A login role unique to this test, bound to `apps` the way an operator
-/// would.
+/// A service role bound to `apps`: its name and login URL.
 async fn service_role(db: &TestDatabase, apps: &[&str]) -> (String, String) {
-    let role = format!("adk_service_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let apps = AppBinding::Apps(apps.iter().map(|a| (*a).to_owned()).collect());
-    let report = setup_service_role(db.url(), &role, &ServiceRoleOptions { create: true, password: None, apps })
-        .await
-        .expect("set up the service role");
-    assert!(report.created);
-    let mut url = url::Url::parse(db.url()).expect("test URL");
-    url.set_username(&role).expect("set user");
-    url.set_password(None).expect("no password: the test cluster trusts local logins");
-    (role, url.to_string())
+    pg::service_role(db.url(), "adk_service", AppBinding::Apps(apps.iter().map(|a| (*a).to_owned()).collect())).await
 }
 
-fn with_delta(delta: serde_json::Value) -> Event {
-    let mut event = Event::new("agent");
-    event.actions.state_delta = delta.as_object().cloned().expect("object");
-    event
-}
-
-/// Sessions of apps "alpha" and "beta" for the same user id, with events and
-/// shared state, written by the owner.
 async fn two_tenants(db: &TestDatabase) -> (SessionKey, SessionKey) {
-    let owner = store(db.url()).await;
-    let mut keys = Vec::new();
-    for app in ["alpha", "beta"] {
-        let request = CreateSession::new(AppName::new(app).expect("app"), UserId::new("u1").expect("user"))
-            .with_id(format!("{app}-session"));
-        let key = owner.create(request).await.expect("create").key;
-        owner
-            .append(
-                &key,
-                with_delta(json!({"user:plan": app, "app:motd": app, "topic": app})),
-                AppendOptions::default(),
-            )
-            .await
-            .expect("append");
-        keys.push(key);
-    }
-    let beta = keys.pop().expect("beta");
-    (keys.pop().expect("alpha"), beta)
+    pg::two_tenants(db.url()).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
