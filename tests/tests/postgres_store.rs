@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionStore, StoreError};
+use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError};
+use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, client_with_notices, drain, new_session, store};
 use chrono::{DateTime, Utc};
@@ -330,4 +331,35 @@ async fn statements_stay_prepared_so_an_append_is_one_round_trip() {
     .await
     .expect("prepared statements");
     assert_eq!(prepared.len(), 1, "the append statement is not kept prepared: {prepared:?}");
+}
+
+/// Every operation reports its turn at the pool to the checkout observer,
+/// waited or not: what an operator's wait histogram is built from.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checkout_observer_hears_every_operation() {
+    let db = test_database().await;
+    let waits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = waits.clone();
+    let store = std::sync::Arc::new(
+        PgSessionStore::connect(db.url(), &PoolConfig { max_size: 2, ..PoolConfig::default() }, StoreConfig::default())
+            .await
+            .expect("connect")
+            .with_checkout_observer(std::sync::Arc::new(move |wait| log.lock().expect("wait log").push(wait))),
+    );
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = SessionKey::parse("app", "user", &format!("gone-{i}")).expect("key");
+                store.delete(&key).await.expect("delete");
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let waits = waits.lock().expect("wait log");
+    assert_eq!(waits.len(), 40, "one turn per operation: {waits:?}");
+    let patience = PoolConfig::default().connection_timeout;
+    assert!(waits.iter().all(|w| *w <= patience), "{waits:?}");
 }

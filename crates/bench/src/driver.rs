@@ -27,8 +27,13 @@ pub const POOL_SIZE: u32 = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Peer {
-    /// pgbench running our SQL: what the database does, with no client cost.
+    /// pgbench running the leanest SQL that keeps our guarantees on our
+    /// schema: what the database does, with no client cost and none of our
+    /// SQL functions' overhead. The floor the targets are judged against.
     Floor,
+    /// pgbench running our own SQL functions: the database's share of our
+    /// cost, a second reference.
+    Functions,
     /// Our store through our adk adapter (`adk_session::SessionService`).
     Ours,
     /// Our store through our `SessionStore` trait.
@@ -38,11 +43,12 @@ pub enum Peer {
 }
 
 impl Peer {
-    pub const ALL: [Peer; 4] = [Peer::Floor, Peer::Ours, Peer::OursStore, Peer::AdkSession];
+    pub const ALL: [Peer; 5] = [Peer::Floor, Peer::Functions, Peer::Ours, Peer::OursStore, Peer::AdkSession];
 
     pub fn label(self) -> &'static str {
         match self {
-            Peer::Floor => "floor (pgbench)",
+            Peer::Floor => "floor (lean SQL, pgbench)",
+            Peer::Functions => "our SQL functions (pgbench)",
             Peer::Ours => "ours (adk trait)",
             Peer::OursStore => "ours (store trait)",
             Peer::AdkSession => "adk-session",
@@ -53,10 +59,16 @@ impl Peer {
     pub fn database(self) -> &'static str {
         match self {
             Peer::Floor => "adk_bench_floor",
+            Peer::Functions => "adk_bench_functions",
             Peer::Ours => "adk_bench_ours",
             Peer::OursStore => "adk_bench_ours_store",
             Peer::AdkSession => "adk_bench_adk_session",
         }
+    }
+
+    /// Whether pgbench drives it (no client library of ours).
+    pub fn is_pgbench(self) -> bool {
+        matches!(self, Peer::Floor | Peer::Functions)
     }
 
     /// Whether it uses our schema (the floor and ours) or adk-session's.
@@ -88,7 +100,7 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-fn pool_config() -> PoolConfig {
+pub fn pool_config() -> PoolConfig {
     PoolConfig { max_size: POOL_SIZE, application_name: "adk-postgres-bench".to_owned(), ..PoolConfig::default() }
 }
 
@@ -96,7 +108,7 @@ impl Driver {
     /// Connects `peer` (not the floor) to the database at `url`.
     pub async fn connect(peer: Peer, url: &str) -> anyhow::Result<Self> {
         Ok(match peer {
-            Peer::Floor => return Err(anyhow!("the floor is driven by pgbench")),
+            Peer::Floor | Peer::Functions => return Err(anyhow!("{} is driven by pgbench", peer.label())),
             Peer::Ours => Driver::Service(Arc::new(PgSessionService::from_store(
                 PgSessionStore::connect(url, &pool_config(), Default::default())
                     .await

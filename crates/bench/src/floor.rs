@@ -1,7 +1,12 @@
-//! The raw-SQL floor: pgbench running our own SQL (the very statements the
-//! store sends, with the same data shape and the same concurrency) with the
-//! prepared protocol. No client-side cost but libpq's: what the database
-//! itself can do, the figure the store is measured against.
+//! The raw-SQL references, both through pgbench with the prepared protocol,
+//! the same data shape and the same concurrency, run as the owner:
+//!
+//! - the floor ([`Flavor::Lean`]): for each operation the leanest SQL that
+//!   keeps the same guarantees on the same schema, written by hand, no
+//!   functions of ours: what the database itself can do, the figure the
+//!   targets are judged against;
+//! - [`Flavor::Functions`]: our own SQL functions, the very statements the
+//!   store sends, so the overhead of our SQL shows as the gap between the two.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +31,89 @@ const LOAD_SESSION_SQL: &str = "SELECT state, last_seq, session_day, created_at,
      successor_id, user_state, app_state FROM adk_load_session(NULL, :app, :u, :sid);";
 const LIST_SQL: &str = "SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state \
      FROM adk_list_sessions(NULL, :app, :u, NULL, NULL, :lim);";
+
+/// Which SQL a pgbench run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Hand-written lean statements on our tables.
+    Lean,
+    /// Our SQL functions, as `PgSessionStore` calls them.
+    Functions,
+}
+
+/// create, lean: one insert; the live user and app state come back in the
+/// same statement, as `adk_create_session` returns them. Leaves out the
+/// initial user/app delta upserts (the workload's creates carry none) and
+/// the tenant setting (the owner bypasses row-level security).
+const LEAN_CREATE_SQL: &str = "INSERT INTO adk_sessions AS s (app_name, user_id, session_id, state, expires_at) \
+     VALUES (:app, :u, :n, :state::jsonb, NULL) ON CONFLICT DO NOTHING \
+     RETURNING s.created_at, s.updated_at, s.expires_at, \
+     (SELECT us.state FROM adk_user_states us WHERE us.app_name = s.app_name AND us.user_id = s.user_id), \
+     (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = s.app_name);";
+
+/// The session step of a lean append: lock the live, open session row,
+/// take the next seq and merge the session delta, in one UPDATE.
+const LEAN_LOCK_AND_SEQUENCE: &str = "s AS (UPDATE adk_sessions \
+     SET last_seq = last_seq + 1, state = state || :SDELTA::jsonb, updated_at = now() \
+     WHERE app_name = :app AND user_id = :s AND session_id = :s \
+     AND closed_at IS NULL AND (expires_at IS NULL OR expires_at > now()) \
+     RETURNING app_name, user_id, session_id, session_day, last_seq)";
+
+/// The event step of a lean append.
+const LEAN_INSERT_EVENT: &str = "INSERT INTO adk_events \
+     (app_name, user_id, session_id, session_day, seq, event_id, invocation_id, author, event_ts, payload) \
+     SELECT s.app_name, s.user_id, s.session_id, s.session_day, s.last_seq, :e::text, :inv::text, :author::text, :ts::bigint, :PAYLOAD::jsonb \
+     FROM s RETURNING seq, session_day, created_at;";
+
+/// append, lean: ONE statement that locks, sequences and inserts (and, with
+/// a `user:` delta, upserts the user state under its row lock in a CTE of
+/// the same statement, so it stays one atomic round trip as ours is). What
+/// it leaves out of `adk_append_event`'s guarantees: the idempotent replay
+/// of a retried event id (a retry fails on the unique key instead of
+/// answering with the stored event), telling not-found / expired / closed /
+/// stale apart (all come back as no row), the expected-seq check, the
+/// max-lifetime check, the app delta (the workload has none) and the tenant
+/// setting (the owner bypasses row-level security).
+fn lean_append_sql(user_delta: bool) -> String {
+    let (payload, sdelta) = if user_delta { ("payload_u", "sdelta_u") } else { ("payload", "sdelta") };
+    let user = if user_delta {
+        ", u AS (INSERT INTO adk_user_states AS us (app_name, user_id, state) \
+         SELECT app_name, user_id, :udelta::jsonb FROM s \
+         ON CONFLICT (app_name, user_id) DO UPDATE SET state = us.state || EXCLUDED.state, updated_at = now())"
+    } else {
+        ""
+    };
+    format!(
+        "WITH {}{user} {}",
+        LEAN_LOCK_AND_SEQUENCE.replace(":SDELTA", &format!(":{sdelta}")),
+        LEAN_INSERT_EVENT.replace(":PAYLOAD", &format!(":{payload}"))
+    )
+}
+
+/// get, lean: the session row with the live user and app state, then the
+/// events of that session's day partition in seq order up to the seq the
+/// first read saw (all, or the newest `:lim`). Leaves out the tenant
+/// setting and the forced custom plans of our functions.
+const LEAN_LOAD_SESSION_SQL: &str = "SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, \
+     s.expires_at, s.closed_at, s.successor_id, \
+     (SELECT us.state FROM adk_user_states us WHERE us.app_name = s.app_name AND us.user_id = s.user_id), \
+     (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = s.app_name) \
+     FROM adk_sessions s WHERE s.app_name = :app AND s.user_id = :u AND s.session_id = :sid \
+     AND (s.expires_at IS NULL OR s.expires_at > now());";
+const LEAN_EVENTS_SQL: &str = "SELECT payload FROM adk_events WHERE app_name = :app AND user_id = :u \
+     AND session_id = :sid AND session_day = :day::date AND seq <= :maxseq ORDER BY seq;";
+const LEAN_RECENT_EVENTS_SQL: &str = "SELECT r.payload FROM (SELECT seq, payload FROM adk_events \
+     WHERE app_name = :app AND user_id = :u AND session_id = :sid AND session_day = :day::date \
+     AND seq <= :maxseq ORDER BY seq DESC LIMIT :lim) r ORDER BY r.seq;";
+
+/// list, lean: the first keyset page of a user's live sessions, newest
+/// first, metadata and state only. Leaves out the tenant setting.
+const LEAN_LIST_SQL: &str = "SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at, \
+     us.state, aps.state FROM adk_sessions s \
+     LEFT JOIN adk_user_states us ON us.app_name = s.app_name AND us.user_id = s.user_id \
+     LEFT JOIN adk_app_states aps ON aps.app_name = s.app_name \
+     WHERE s.app_name = :app AND s.user_id = :u AND (s.expires_at IS NULL OR s.expires_at > now()) \
+     ORDER BY s.updated_at DESC, s.session_id DESC LIMIT :lim;";
 
 /// An event's store form, the way the store binds it.
 #[derive(Debug, Clone)]
@@ -160,8 +248,12 @@ fn common() -> Vec<(String, String)> {
 }
 
 /// Creates `transactions` sessions with random ids on one client.
-pub fn create_run(name: &str, transactions: usize) -> Run {
-    let script = format!("\\set n random(1, 999999999999999)\n\\set u random(0, 9)\n{CREATE_SQL}\n");
+pub fn create_run(flavor: Flavor, name: &str, transactions: usize) -> Run {
+    let sql = match flavor {
+        Flavor::Lean => LEAN_CREATE_SQL,
+        Flavor::Functions => CREATE_SQL,
+    };
+    let script = format!("\\set n random(1, 999999999999999)\n\\set u random(0, 9)\n{sql}\n");
     let state = serde_json::to_string(&workload::initial_state()).expect("JSON");
     let mut defines = common();
     defines.push(define("state", state));
@@ -182,14 +274,18 @@ pub struct Spread {
 /// Appends as `spread` says, each client to its own sessions (so no two
 /// clients wait for the same session row, as in the store's workload), one
 /// event in ten with a `user:` delta.
-pub fn append_run(name: &str, spread: Spread, plain: &BoundEvent, with_user: &BoundEvent) -> Run {
+pub fn append_run(flavor: Flavor, name: &str, spread: Spread, plain: &BoundEvent, with_user: &BoundEvent) -> Run {
     let Spread { clients, threads, base, per_client, transactions } = spread;
     let pick = format!(
         "\\set s {base} + :client_id * {per_client} + random(0, {})\n\\set e random(1, 9000000000000000000)\n",
         per_client - 1
     );
     let every = workload::USER_DELTA_EVERY as u32;
-    let scripts = vec![(format!("{pick}{APPEND_SQL}\n"), every - 1), (format!("{pick}{APPEND_USER_SQL}\n"), 1)];
+    let (append, append_user) = match flavor {
+        Flavor::Lean => (lean_append_sql(false), lean_append_sql(true)),
+        Flavor::Functions => (APPEND_SQL.to_owned(), APPEND_USER_SQL.to_owned()),
+    };
+    let scripts = vec![(format!("{pick}{append}\n"), every - 1), (format!("{pick}{append_user}\n"), 1)];
     let mut defines = common();
     defines.extend([
         define("inv", &plain.invocation_id),
@@ -214,11 +310,17 @@ pub struct SessionCoordinates {
 }
 
 /// `get`: the session row, then its events (all, or the last `recent`).
-pub fn get_run(name: &str, transactions: usize, at: &SessionCoordinates, recent: Option<usize>) -> Run {
+pub fn get_run(flavor: Flavor, name: &str, transactions: usize, at: &SessionCoordinates, recent: Option<usize>) -> Run {
     let limit = if recent.is_some() { ":lim" } else { "NULL" };
-    let script = format!(
-        "{LOAD_SESSION_SQL}\nSELECT payload FROM adk_load_events(NULL, :app, :u, :sid, :day, :maxseq, NULL, {limit});\n"
-    );
+    let script = match flavor {
+        Flavor::Lean => {
+            let events = if recent.is_some() { LEAN_RECENT_EVENTS_SQL } else { LEAN_EVENTS_SQL };
+            format!("{LEAN_LOAD_SESSION_SQL}\n{events}\n")
+        }
+        Flavor::Functions => format!(
+            "{LOAD_SESSION_SQL}\nSELECT payload FROM adk_load_events(NULL, :app, :u, :sid, :day, :maxseq, NULL, {limit});\n"
+        ),
+    };
     let mut defines = common();
     defines.extend([
         define("u", &at.user),
@@ -234,15 +336,12 @@ pub fn get_run(name: &str, transactions: usize, at: &SessionCoordinates, recent:
 
 /// `list`: one page of the user's sessions (page size 200, plus one to
 /// tell whether another page follows).
-pub fn list_run(name: &str, transactions: usize, user: &str) -> Run {
+pub fn list_run(flavor: Flavor, name: &str, transactions: usize, user: &str) -> Run {
+    let sql = match flavor {
+        Flavor::Lean => LEAN_LIST_SQL,
+        Flavor::Functions => LIST_SQL,
+    };
     let mut defines = common();
     defines.extend([define("u", user), define("lim", adk_postgres_domain::session::MAX_PAGE_SIZE + 1)]);
-    Run {
-        name: name.to_owned(),
-        scripts: vec![(format!("{LIST_SQL}\n"), 1)],
-        clients: 1,
-        threads: 1,
-        transactions,
-        defines,
-    }
+    Run { name: name.to_owned(), scripts: vec![(format!("{sql}\n"), 1)], clients: 1, threads: 1, transactions, defines }
 }

@@ -7,6 +7,8 @@
 //! every workload runs on all of them round by round, so the ratios compare
 //! like with like even where absolute timings are noisy.
 
+mod cpu;
+mod crowd;
 mod driver;
 mod floor;
 mod measure;

@@ -18,6 +18,9 @@ fn new_histogram() -> Histogram<u64> {
 pub struct Sample {
     hist: Histogram<u64>,
     rounds: Vec<Round>,
+    /// Client CPU over the timed sections, and the operations it covers
+    /// (`None` when some round could not measure it).
+    cpu: Option<(Duration, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +41,7 @@ pub struct RoundSummary {
 
 impl Default for Sample {
     fn default() -> Self {
-        Self { hist: new_histogram(), rounds: Vec::new() }
+        Self { hist: new_histogram(), rounds: Vec::new(), cpu: Some((Duration::ZERO, 0)) }
     }
 }
 
@@ -66,6 +69,22 @@ impl Sample {
     pub fn merge(&mut self, other: &Sample) {
         self.hist.add(&other.hist).expect("histograms with the same bounds");
         self.rounds.extend_from_slice(&other.rounds);
+        self.cpu = match (self.cpu, other.cpu) {
+            (Some((a, n)), Some((b, m))) => Some((a + b, n + m)),
+            _ => None,
+        };
+    }
+
+    /// Sets the client CPU spent on this sample's operations (`None`: not
+    /// measurable); call it on a sample of one timed section.
+    pub fn set_cpu(&mut self, cpu: Option<Duration>) {
+        self.cpu = cpu.map(|c| (c, self.ops()));
+    }
+
+    /// Client CPU per operation, in microseconds.
+    pub fn cpu_micros_per_op(&self) -> Option<f64> {
+        let (cpu, ops) = self.cpu?;
+        (ops > 0).then(|| cpu.as_secs_f64() * 1e6 / ops as f64)
     }
 
     pub fn ops(&self) -> u64 {
@@ -97,6 +116,7 @@ impl Sample {
             p95_ms: self.millis_at(0.95),
             p99_ms: self.millis_at(0.99),
             max_ms: self.hist.max() as f64 / 1000.0,
+            client_cpu_us_per_op: self.cpu_micros_per_op(),
             mean_ms: self.hist.mean() / 1000.0,
             per_round: self
                 .rounds
@@ -122,6 +142,10 @@ pub struct Latency {
     pub p99_ms: f64,
     pub max_ms: f64,
     pub mean_ms: f64,
+    /// User + system CPU of the client per operation, in microseconds: the
+    /// bench process for our drivers and adk-session, pgbench (a child) for
+    /// the pgbench rows; `None` when not measured.
+    pub client_cpu_us_per_op: Option<f64>,
     /// Each round on its own, in the order run (rounds of all
     /// implementations alternate, so a slow spell shows in all of them).
     pub per_round: Vec<RoundSummary>,

@@ -12,8 +12,16 @@ use chrono::{NaiveDate, Utc};
 use tokio_postgres::Client;
 use url::Url;
 
-use crate::driver::{Driver, Peer};
-use crate::floor::{self, BoundEvent, Pgbench, SessionCoordinates, Spread};
+use std::sync::Arc;
+
+use adk_postgres_adk::PgSessionService;
+use adk_postgres_storage::{PgSessionStore, TenantScope};
+use adk_session::SessionService;
+
+use crate::cpu::CpuClock;
+use crate::crowd::{self, CrowdResult};
+use crate::driver::{Driver, Peer, pool_config};
+use crate::floor::{self, BoundEvent, Flavor, Pgbench, SessionCoordinates, Spread};
 use crate::measure::Sample;
 use crate::ops::{self, Op};
 use crate::pgstat::{HotRatio, StatementCount, StatementCounter, hot_ratio};
@@ -90,7 +98,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             None
         }
     };
-    let peers: Vec<Peer> = Peer::ALL.into_iter().filter(|p| *p != Peer::Floor || pgbench.is_some()).collect();
+    let peers: Vec<Peer> = Peer::ALL.into_iter().filter(|p| !p.is_pgbench() || pgbench.is_some()).collect();
 
     log("creating one database per implementation");
     let today = Utc::now().date_naive();
@@ -112,11 +120,11 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     // Our store runs as production runs it: a non-owner role bound to the
     // app, acting per request, so the tenant check is in every figure.
     let mut service_urls = BTreeMap::new();
-    for &peer in peers.iter().filter(|p| **p != Peer::Floor && p.our_schema()) {
+    for &peer in peers.iter().filter(|p| !p.is_pgbench() && p.our_schema()) {
         service_urls.insert(peer, bound_service_url(&urls[&peer]).await?);
     }
     let mut drivers = BTreeMap::new();
-    for &peer in peers.iter().filter(|p| **p != Peer::Floor) {
+    for &peer in peers.iter().filter(|p| !p.is_pgbench()) {
         drivers.insert(peer, Driver::connect(peer, service_urls.get(&peer).unwrap_or(&urls[&peer])).await?);
     }
     let counter =
@@ -154,6 +162,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let coordinates = bench.setup_reads().await?;
     bench.reads(&coordinates).await?;
     let round_trips = bench.round_trips(&coordinates).await?;
+    let crowd = bench.crowd().await?;
 
     let measured = bench.measured();
     let peak_rss_bytes = peak_rss_bytes();
@@ -163,6 +172,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         server: info,
         results: measured,
         round_trips,
+        crowd,
         hot,
         retention,
         peak_rss_bytes,
@@ -252,15 +262,21 @@ impl Bench {
         F: AsyncFnOnce(&Self) -> anyhow::Result<Sample>,
     {
         self.reset_statements().await?;
-        let sample = run(self).await.with_context(|| format!("{} on {}", op.label(0), peer.label()))?;
+        let before = CpuClock::now();
+        let mut sample = run(self).await.with_context(|| format!("{} on {}", op.label(0), peer.label()))?;
+        let after = CpuClock::now();
+        // pgbench's own CPU (a child, waited for) for its rows; the bench
+        // process's for the drivers that run in it.
+        sample.set_cpu(if peer.is_pgbench() { after.children_since(&before) } else { Some(after.own_since(&before)) });
         self.read_statements(op, peer).await?;
         self.record(op, peer, &sample);
         Ok(())
     }
 
-    fn floor(&self, run: &floor::Run) -> anyhow::Result<Sample> {
+    /// Runs `run` through pgbench on `peer`'s database (as the owner).
+    fn floor(&self, peer: Peer, run: &floor::Run) -> anyhow::Result<Sample> {
         let pgbench = self.pgbench.as_ref().ok_or_else(|| anyhow!("no pgbench"))?;
-        pgbench.run(&self.urls[&Peer::Floor], run)
+        pgbench.run(&self.urls[&peer], run)
     }
 
     /// Sessions the append and list workloads use, made untimed.
@@ -268,7 +284,7 @@ impl Bench {
         let n = self.plan.append_sessions;
         log(format!("setup: {} sessions to append to, {LIST_SESSIONS} sessions to list", 2 * n));
         for peer in self.peers() {
-            if peer == Peer::Floor {
+            if peer.is_pgbench() {
                 let sql = self.client(peer).await?;
                 let state = serde_json::to_string(&workload::initial_state())?;
                 for base in [SEQUENTIAL_BASE, CONCURRENT_BASE] {
@@ -307,7 +323,10 @@ impl Bench {
             log(format!("create: round {}/{} ({per_round} sessions each)", round + 1, self.plan.create_rounds));
             for peer in self.peers() {
                 self.timed(Op::Create, peer, async |bench: &Self| match peer {
-                    Peer::Floor => bench.floor(&floor::create_run(&format!("create-{round}"), per_round)),
+                    Peer::Floor | Peer::Functions => bench.floor(
+                        peer,
+                        &floor::create_run(flavor(peer), &format!("{}-create-{round}", peer.database()), per_round),
+                    ),
                     _ => ops::create(&bench.drivers[&peer], round, per_round).await,
                 })
                 .await?;
@@ -336,9 +355,14 @@ impl Bench {
                 let sessions: Vec<(String, String)> =
                     (first..first + per_round).map(|i| append_session(mode, i)).collect();
                 for peer in self.peers() {
+                    if concurrent && !peer.is_pgbench() {
+                        // Open the pool's connections first, untimed, so the
+                        // round measures appends, not connection set-up.
+                        warm_up(&self.drivers[&peer], &sessions).await?;
+                    }
                     let (plain, with_user, sessions) = (&plain, &with_user, &sessions);
                     self.timed(op, peer, async |bench: &Self| match (peer, op) {
-                        (Peer::Floor, Op::AppendSequential) => {
+                        (p, Op::AppendSequential) if p.is_pgbench() => {
                             let spread = Spread {
                                 clients: 1,
                                 threads: 1,
@@ -346,9 +370,18 @@ impl Bench {
                                 per_client: per_round,
                                 transactions: per_round * EVENTS_PER_SESSION,
                             };
-                            bench.floor(&floor::append_run(&format!("append-seq-{round}"), spread, plain, with_user))
+                            bench.floor(
+                                peer,
+                                &floor::append_run(
+                                    flavor(peer),
+                                    &format!("{}-append-seq-{round}", peer.database()),
+                                    spread,
+                                    plain,
+                                    with_user,
+                                ),
+                            )
                         }
-                        (Peer::Floor, _) => {
+                        (p, _) if p.is_pgbench() => {
                             let share = per_round / CONCURRENCY;
                             let spread = Spread {
                                 clients: CONCURRENCY,
@@ -357,16 +390,19 @@ impl Bench {
                                 per_client: share,
                                 transactions: share * EVENTS_PER_SESSION,
                             };
-                            bench.floor(&floor::append_run(&format!("append-con-{round}"), spread, plain, with_user))
+                            bench.floor(
+                                peer,
+                                &floor::append_run(
+                                    flavor(peer),
+                                    &format!("{}-append-con-{round}", peer.database()),
+                                    spread,
+                                    plain,
+                                    with_user,
+                                ),
+                            )
                         }
                         (_, Op::AppendSequential) => ops::append_sequential(&bench.drivers[&peer], sessions).await,
-                        _ => {
-                            // Open the pool's connections first, so the round
-                            // measures appends, not connection set-up.
-                            warm_up(&bench.drivers[&peer], sessions).await?;
-                            bench.reset_statements().await?;
-                            ops::append_concurrent(&bench.drivers[&peer], sessions).await
-                        }
+                        _ => ops::append_concurrent(&bench.drivers[&peer], sessions).await,
                     })
                     .await?;
                 }
@@ -393,7 +429,7 @@ impl Bench {
         log(format!("setup: sessions of 40 and {big} events to read"));
         let mut targets = BTreeMap::new();
         for peer in self.peers() {
-            if peer == Peer::Floor {
+            if peer.is_pgbench() {
                 let sql = self.client(peer).await?;
                 let plain = BoundEvent::of(1)?;
                 let state = serde_json::to_string(&workload::initial_state())?;
@@ -465,10 +501,19 @@ impl Bench {
                 log(format!("{}: round {}/{} ({count} reads)", op.label(big), round + 1, self.plan.read_rounds));
                 for peer in self.peers() {
                     self.timed(op, peer, async |bench: &Self| match peer {
-                        Peer::Floor => {
+                        Peer::Floor | Peer::Functions => {
                             let at = if session == "g-40" { &targets[&peer].small } else { &targets[&peer].big };
                             let at = at.as_ref().ok_or_else(|| anyhow!("no floor session"))?;
-                            bench.floor(&floor::get_run(&format!("{session}-{recent:?}-{round}"), count, at, recent))
+                            bench.floor(
+                                peer,
+                                &floor::get_run(
+                                    flavor(peer),
+                                    &format!("{}-{session}-{recent:?}-{round}", peer.database()),
+                                    count,
+                                    at,
+                                    recent,
+                                ),
+                            )
                         }
                         _ => ops::get(&bench.drivers[&peer], GET_USER, session, recent, expected, count).await,
                     })
@@ -483,7 +528,15 @@ impl Bench {
             ));
             for peer in self.peers() {
                 self.timed(Op::List100, peer, async |bench: &Self| match peer {
-                    Peer::Floor => bench.floor(&floor::list_run(&format!("list-{round}"), small_reads, LIST_USER)),
+                    Peer::Floor | Peer::Functions => bench.floor(
+                        peer,
+                        &floor::list_run(
+                            flavor(peer),
+                            &format!("{}-list-{round}", peer.database()),
+                            small_reads,
+                            LIST_USER,
+                        ),
+                    ),
                     _ => ops::list(&bench.drivers[&peer], LIST_USER, LIST_SESSIONS, small_reads).await,
                 })
                 .await?;
@@ -502,7 +555,7 @@ impl Bench {
         let mut counts = RoundTrips::default();
         for peer in self.peers() {
             let url = proxied(self.service_urls.get(&peer).unwrap_or(&self.urls[&peer]), proxy.port())?;
-            if peer == Peer::Floor {
+            if peer.is_pgbench() {
                 let Some(pgbench) = self.pgbench.clone() else { continue };
                 let plain = BoundEvent::of(0)?;
                 let with_user = BoundEvent::of(workload::USER_DELTA_EVERY - 1)?;
@@ -512,17 +565,20 @@ impl Bench {
                 let runs = |t: usize| -> Vec<(RoundTripKind, floor::Run)> {
                     let spread =
                         Spread { clients: 1, threads: 1, base: SEQUENTIAL_BASE, per_client: 1, transactions: t };
-                    let mut only_plain = floor::append_run("rt-append", spread, &plain, &with_user);
+                    let mut only_plain = floor::append_run(flavor(peer), "rt-append", spread, &plain, &with_user);
                     only_plain.scripts.truncate(1);
-                    let mut only_user = floor::append_run("rt-append-user", spread, &plain, &with_user);
+                    let mut only_user = floor::append_run(flavor(peer), "rt-append-user", spread, &plain, &with_user);
                     only_user.scripts.remove(0);
                     vec![
-                        (RoundTripKind::Create, floor::create_run("rt-create", t)),
+                        (RoundTripKind::Create, floor::create_run(flavor(peer), "rt-create", t)),
                         (RoundTripKind::Append, only_plain),
                         (RoundTripKind::AppendUserDelta, only_user),
-                        (RoundTripKind::Get, floor::get_run("rt-get", t, small, None)),
-                        (RoundTripKind::GetRecent, floor::get_run("rt-get-recent", t, big_session, Some(20))),
-                        (RoundTripKind::List, floor::list_run("rt-list", t, LIST_USER)),
+                        (RoundTripKind::Get, floor::get_run(flavor(peer), "rt-get", t, small, None)),
+                        (
+                            RoundTripKind::GetRecent,
+                            floor::get_run(flavor(peer), "rt-get-recent", t, big_session, Some(20)),
+                        ),
+                        (RoundTripKind::List, floor::list_run(flavor(peer), "rt-list", t, LIST_USER)),
                     ]
                 };
                 let (short, long) = (runs(2), runs(2 + n));
@@ -586,6 +642,44 @@ impl Bench {
         Ok(counts)
     }
 
+    /// The crowd sections: ours through the adk trait with the default
+    /// pool (16 connections), as the bound service role acting per request,
+    /// at each crowd size; adk-session at the smallest.
+    async fn crowd(&mut self) -> anyhow::Result<Vec<CrowdResult>> {
+        let duration = std::time::Duration::from_secs(self.plan.crowd_secs);
+        let largest = self.plan.crowd_writers.iter().copied().max().unwrap_or(0);
+        let smallest = self.plan.crowd_writers.iter().copied().min().unwrap_or(0);
+        let mut results = Vec::new();
+        if let Some(url) = self.service_urls.get(&Peer::Ours) {
+            let waits = crowd::Waits::default();
+            let log_wait = waits.clone();
+            let store = PgSessionStore::connect(url, &pool_config(), Default::default())
+                .await
+                .context("connecting the crowd's store")?
+                .with_tenant_scope(TenantScope::PerRequest)
+                .with_checkout_observer(Arc::new(move |wait| {
+                    if let Ok(mut waits) = log_wait.lock() {
+                        waits.push(wait);
+                    }
+                }));
+            let service: Arc<dyn SessionService> = Arc::new(PgSessionService::from_store(store.clone()));
+            log(format!("crowd: {largest} sessions for ours (untimed)"));
+            crowd::setup(&service, largest).await?;
+            for &writers in &self.plan.crowd_writers {
+                log(format!("crowd: {writers} writers through ours for {} s", duration.as_secs()));
+                results.push(crowd::run(Peer::Ours.label(), &service, Some((&store, &waits)), writers, duration).await?);
+            }
+        }
+        if let Some(Driver::Service(service)) = self.drivers.get(&Peer::AdkSession) {
+            let service = service.clone();
+            log(format!("crowd: {smallest} sessions for adk-session (untimed)"));
+            crowd::setup(&service, smallest).await?;
+            log(format!("crowd: {smallest} writers through adk-session for {} s", duration.as_secs()));
+            results.push(crowd::run(Peer::AdkSession.label(), &service, None, smallest, duration).await?);
+        }
+        Ok(results)
+    }
+
     fn measured(&self) -> Vec<Measured> {
         self.samples
             .iter()
@@ -599,10 +693,16 @@ impl Bench {
                     statements_per_op: statements.map(|s| s.total as f64 / ops.max(1) as f64),
                     connection_setup_statements: statements.map(|s| s.connection_setup),
                     top_statements: statements.map(|s| s.top.clone()).unwrap_or_default(),
+                    ratios: Default::default(),
                 }
             })
             .collect()
     }
+}
+
+/// The SQL a pgbench-driven peer sends.
+fn flavor(peer: Peer) -> Flavor {
+    if peer == Peer::Floor { Flavor::Lean } else { Flavor::Functions }
 }
 
 /// Where each implementation's get workloads read (the floor needs the

@@ -24,6 +24,9 @@ pub const GET_USER: &str = "reader";
 /// Sessions of the list user.
 pub const LIST_SESSIONS: usize = 100;
 
+/// Writers of the crowd sections; adk-session meets the first only.
+pub const CROWD_WRITERS: [usize; 2] = [200, 1000];
+
 /// Sizes of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -48,6 +51,9 @@ pub struct Plan {
     pub retention_events_per_session: usize,
     /// Operations per kind in the round-trip pass.
     pub round_trip_ops: usize,
+    /// Writers of each crowd section (ours), and seconds each lasts.
+    pub crowd_writers: Vec<usize>,
+    pub crowd_secs: u64,
 }
 
 impl Plan {
@@ -66,6 +72,8 @@ impl Plan {
             retention_sessions: 1_000,
             retention_events_per_session: 100,
             round_trip_ops: 50,
+            crowd_writers: CROWD_WRITERS.to_vec(),
+            crowd_secs: 10,
         }
     }
 
@@ -85,6 +93,8 @@ impl Plan {
             retention_sessions: 100,
             retention_events_per_session: 100,
             round_trip_ops: 5,
+            crowd_writers: CROWD_WRITERS.to_vec(),
+            crowd_secs: 3,
         }
     }
 

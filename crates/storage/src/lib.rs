@@ -19,4 +19,4 @@ pub mod store;
 mod call;
 mod error;
 
-pub use store::{PgSessionStore, TenantScope};
+pub use store::{CheckoutObserver, PgSessionStore, TenantScope};

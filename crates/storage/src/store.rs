@@ -126,7 +126,6 @@ macro_rules! with_retries {
 /// first, so under a crowd some waiters starve past the checkout timeout
 /// although the average wait is short. A FIFO semaphore with one permit per
 /// connection in front of `get` makes every wait bounded by the queue ahead.
-#[derive(Debug)]
 struct FairGate {
     turns: tokio::sync::Semaphore,
     /// Longest a caller queues before `Overloaded`: the pool's own checkout
@@ -136,6 +135,23 @@ struct FairGate {
     /// queueing; far above any sane crowd, it only bounds memory.
     max_waiting: usize,
     waiting: std::sync::atomic::AtomicUsize,
+    observer: std::sync::OnceLock<CheckoutObserver>,
+}
+
+/// Called with how long each operation waited for its turn at the pool
+/// (zero when a connection was free), whether it got one or was refused:
+/// for a caller's own metrics, e.g. a wait histogram.
+pub type CheckoutObserver = std::sync::Arc<dyn Fn(Duration) + Send + Sync>;
+
+impl std::fmt::Debug for FairGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairGate")
+            .field("turns", &self.turns.available_permits())
+            .field("waiting", &self.waiting)
+            .field("patience", &self.patience)
+            .field("observed", &self.observer.get().is_some())
+            .finish()
+    }
 }
 
 /// A caller's turn; the next caller in line goes when it is dropped.
@@ -149,12 +165,14 @@ impl FairGate {
             patience: config.connection_timeout,
             max_waiting: 100_000,
             waiting: std::sync::atomic::AtomicUsize::new(0),
+            observer: std::sync::OnceLock::new(),
         }
     }
 
     async fn enter(&self) -> Result<Turn<'_>, StoreError> {
         use std::sync::atomic::Ordering::Relaxed;
         if let Ok(turn) = self.turns.try_acquire() {
+            self.observe(Duration::ZERO);
             return Ok(turn);
         }
         let ahead = self.waiting.fetch_add(1, Relaxed);
@@ -166,10 +184,17 @@ impl FairGate {
             tokio::time::timeout(self.patience, self.turns.acquire()).await.ok()
         };
         self.waiting.fetch_sub(1, Relaxed);
+        self.observe(started.elapsed());
         match outcome {
             Some(Ok(turn)) => Ok(turn),
             Some(Err(_closed)) => Err(StoreError::Unavailable { message: "the store is shut down".into() }),
             None => Err(StoreError::Overloaded { waiting: ahead + 1, waited: started.elapsed() }),
+        }
+    }
+
+    fn observe(&self, waited: Duration) {
+        if let Some(observer) = self.observer.get() {
+            observer(waited);
         }
     }
 }
@@ -403,6 +428,14 @@ impl PgSessionStore {
     /// set inside each operation's own transaction, at no extra round trip.
     pub fn with_tenant_scope(mut self, tenant: TenantScope) -> Self {
         self.tenant = tenant;
+        self
+    }
+
+    /// Reports every operation's wait for a connection to `observer`. One
+    /// observer per pool: the clones of a store share it, and a second call
+    /// keeps the first.
+    pub fn with_checkout_observer(self, observer: CheckoutObserver) -> Self {
+        let _ = self.gate.observer.set(observer);
         self
     }
 
