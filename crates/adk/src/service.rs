@@ -128,7 +128,7 @@ impl PgSessionService {
         self.store.get(key, GetOptions::default()).await.map_err(to_adk_error)
     }
 
-    fn loaded(&self, session: &adk_postgres_domain::Session) -> Result<Box<dyn Session>> {
+    fn loaded(&self, session: adk_postgres_domain::Session) -> Result<Box<dyn Session>> {
         Ok(Box::new(LoadedSession::from_store(session)?))
     }
 }
@@ -149,14 +149,14 @@ impl SessionService for PgSessionService {
         let mut request = CreateSession::new(app_name, user_id).with_state(to_store_state(&req.state));
         request.session_id = req.session_id;
         let session = self.store.create(request).await.map_err(to_adk_error)?;
-        self.loaded(&session)
+        self.loaded(session)
     }
 
     async fn get(&self, req: GetRequest) -> Result<Box<dyn Session>> {
         let key = key_of(&req.app_name, &req.user_id, &req.session_id)?;
         let options = GetOptions { num_recent_events: req.num_recent_events, after: req.after };
         let session = self.store.get(&key, options).await.map_err(to_adk_error)?;
-        self.loaded(&session)
+        self.loaded(session)
     }
 
     /// Newest first, live state, no events. `offset` walks keyset pages
@@ -170,7 +170,7 @@ impl SessionService for PgSessionService {
         while wanted > 0 {
             request.page_size = Some(skip.saturating_add(wanted).min(MAX_PAGE_SIZE));
             let page = self.store.list(&request).await.map_err(to_adk_error)?;
-            for summary in &page.sessions {
+            for summary in page.sessions {
                 if skip > 0 {
                     skip -= 1;
                 } else if wanted > 0 {
@@ -249,7 +249,7 @@ impl SessionService for PgSessionService {
         };
         let session =
             self.store.rewind(&key, position as u64 + 1, Some(current.version)).await.map_err(to_adk_error)?;
-        self.loaded(&session)
+        self.loaded(session)
     }
 
     /// Drops the last `steps` events (0 changes nothing; more than the
@@ -258,7 +258,7 @@ impl SessionService for PgSessionService {
         let key = self.resolve(session_id).await?;
         let current = self.load_all(&key).await?;
         if steps == 0 {
-            return self.loaded(&current);
+            return self.loaded(current);
         }
         let held = current.events.len();
         if steps > held {
@@ -269,7 +269,7 @@ impl SessionService for PgSessionService {
         }
         let session =
             self.store.rewind(&key, (held - steps) as u64, Some(current.version)).await.map_err(to_adk_error)?;
-        self.loaded(&session)
+        self.loaded(session)
     }
 
     /// One cheap read through the pool: a listing of a user that has no

@@ -10,8 +10,7 @@ use adk_session::{Event, Events, Session, State};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::event::from_store_event;
-use crate::state::from_store_state;
+use crate::event::into_adk_event;
 
 #[derive(Debug, Clone)]
 pub(crate) struct LoadedSession {
@@ -24,14 +23,16 @@ pub(crate) struct LoadedSession {
 }
 
 impl LoadedSession {
-    pub(crate) fn from_store(session: &StoreSession) -> Result<Self, AdkError> {
-        let events = session.events.iter().map(from_store_event).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::new(&session.key, from_store_state(&session.state), events, session.last_update_time))
+    /// Takes the store's session apart: its events and state move into the
+    /// snapshot instead of being copied.
+    pub(crate) fn from_store(session: StoreSession) -> Result<Self, AdkError> {
+        let events = session.events.into_iter().map(into_adk_event).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(&session.key, session.state.into_iter().collect(), events, session.last_update_time))
     }
 
     /// A listed session: metadata and live state, never events.
-    pub(crate) fn from_summary(summary: &SessionSummary) -> Self {
-        Self::new(&summary.key, from_store_state(&summary.state), Vec::new(), summary.last_update_time)
+    pub(crate) fn from_summary(summary: SessionSummary) -> Self {
+        Self::new(&summary.key, summary.state.into_iter().collect(), Vec::new(), summary.last_update_time)
     }
 
     fn new(key: &SessionKey, state: HashMap<String, Value>, events: Vec<Event>, at: DateTime<Utc>) -> Self {

@@ -31,10 +31,6 @@ pub(crate) fn to_store_state(state: &HashMap<String, Value>) -> State {
     entries.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-pub(crate) fn from_store_state(state: &State) -> HashMap<String, Value> {
-    state.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -667,7 +667,8 @@ impl Bench {
             crowd::setup(&service, largest).await?;
             for &writers in &self.plan.crowd_writers {
                 log(format!("crowd: {writers} writers through ours for {} s", duration.as_secs()));
-                results.push(crowd::run(Peer::Ours.label(), &service, Some((&store, &waits)), writers, duration).await?);
+                results
+                    .push(crowd::run(Peer::Ours.label(), &service, Some((&store, &waits)), writers, duration).await?);
             }
         }
         if let Some(Driver::Service(service)) = self.drivers.get(&Peer::AdkSession) {

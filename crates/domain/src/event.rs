@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::error::StoreError;
 use crate::ids::MAX_ID_CHARS;
-use crate::state::{ScopedState, State, TEMP_PREFIX, contains_nul};
+use crate::state::{MAX_STATE_BYTES, ScopedState, State, TEMP_PREFIX, contains_nul};
 
 /// Largest event accepted, as compact JSON. Bigger documents belong in
 /// artifacts, with a reference in the event.
@@ -114,15 +114,24 @@ impl Event {
     /// together with its split delta and payload. Keys are validated before
     /// `temp:` keys are dropped, so a malformed key is refused, not ignored.
     pub fn prepare_for_store(self) -> Result<(Self, PreparedEvent), StoreError> {
-        ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
+        // The split validates every key, `temp:` ones included, and leaves
+        // `temp:` keys out, so it is the stored event's split too.
+        let delta = ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
         let stored = self.without_temp_state();
-        let prepared = stored.prepare()?;
+        let prepared = stored.prepare_split(delta)?;
         Ok((stored, prepared))
     }
 
     /// Checks everything a store needs before writing, and returns the state
     /// delta split by scope together with the event's JSON payload.
     pub fn prepare(&self) -> Result<PreparedEvent, StoreError> {
+        self.prepare_split(ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?)
+    }
+
+    /// [`Event::prepare`] with the state delta already split. The event is
+    /// serialized once, to its payload; the size limits are checked by
+    /// counting the bytes of the payload's compact text, never building it.
+    fn prepare_split(&self, delta: ScopedState) -> Result<PreparedEvent, StoreError> {
         check_label("event.id", &self.id, MAX_ID_CHARS, false)?;
         // adk-core's own events may carry no author; the runner accepts them.
         check_label("event.author", &self.author, MAX_LABEL_CHARS, true)?;
@@ -131,16 +140,20 @@ impl Event {
             check_label("event.branch", branch, MAX_LABEL_CHARS * 4, true)?;
         }
         let event_ts = self.timestamp_nanos()?;
-        let delta = ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
-        delta.check_sizes("event.actions.state_delta")?;
         let payload = serde_json::to_value(self).map_err(|e| StoreError::invalid("event", e.to_string()))?;
+        let size = json_len(&payload);
+        // A scope of the delta is written inside the payload (with shorter
+        // keys), so it is never larger: below the state limit, no scope can
+        // be over it.
+        if size > MAX_STATE_BYTES {
+            delta.check_sizes("event.actions.state_delta")?;
+        }
         if contains_nul(&payload) {
             return Err(StoreError::invalid(
                 "event",
                 "contains a NUL character, which PostgreSQL cannot store in jsonb",
             ));
         }
-        let size = serde_json::to_vec(&payload).map(|v| v.len()).unwrap_or(usize::MAX);
         if size > MAX_EVENT_BYTES {
             return Err(StoreError::EventTooLarge { size, limit: MAX_EVENT_BYTES });
         }
@@ -170,6 +183,25 @@ pub struct PreparedEvent {
     pub event_ts: i64,
     pub delta: ScopedState,
     pub payload: Value,
+}
+
+/// Bytes of the compact JSON text of `value`, counted as it is written.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 fn check_label(field: &'static str, value: &str, max_chars: usize, may_be_empty: bool) -> Result<(), StoreError> {
@@ -251,6 +283,38 @@ mod tests {
         let mut e = Event::new("agent");
         e.content = Some(json!("x".repeat(MAX_EVENT_BYTES)));
         assert!(matches!(e.prepare(), Err(StoreError::EventTooLarge { .. })));
+    }
+
+    #[test]
+    fn an_oversize_delta_scope_is_refused_before_the_event() {
+        let mut e = Event::new("agent");
+        e.actions.state_delta = json!({"user:big": "x".repeat(70_000)}).as_object().cloned().unwrap();
+        assert!(matches!(e.prepare(), Err(StoreError::StateTooLarge { field, .. }) if field.contains("user")));
+        e.actions.state_delta = json!({"big": "x".repeat(MAX_EVENT_BYTES)}).as_object().cloned().unwrap();
+        assert!(matches!(e.prepare(), Err(StoreError::StateTooLarge { field, .. }) if field.contains("session")));
+        e.actions.state_delta =
+            json!({"a": "x".repeat(40_000), "app:b": "x".repeat(40_000)}).as_object().cloned().unwrap();
+        assert!(e.prepare().is_ok(), "each scope is under the limit");
+    }
+
+    #[test]
+    fn payload_size_is_the_compact_text_length() {
+        for value in [json!(null), json!({"a": [1, 2.5, "x\"\u{1}é🦀"], "b": {"c": true}}), json!("x".repeat(100))] {
+            assert_eq!(json_len(&value), serde_json::to_vec(&value).unwrap().len());
+        }
+    }
+
+    #[test]
+    fn prepare_for_store_splits_the_delta_without_temp_keys() {
+        let mut e = Event::new("agent");
+        e.actions.state_delta = json!({"temp:x": 1, "y": 2, "user:u": 3}).as_object().cloned().unwrap();
+        let (stored, prepared) = e.clone().prepare_for_store().unwrap();
+        assert_eq!(prepared.delta, stored.prepare().unwrap().delta);
+        assert_eq!(prepared.payload, serde_json::to_value(&stored).unwrap());
+        assert_eq!(prepared.delta.user, json!({"u": 3}).as_object().cloned().unwrap());
+
+        e.actions.state_delta = json!({"temp:": 1}).as_object().cloned().unwrap();
+        assert!(e.prepare_for_store().is_err(), "a malformed temp: key is refused, not dropped");
     }
 
     #[test]
