@@ -241,21 +241,29 @@ pub async fn setup_service_role(
     let quoted_role = quote_ident(role);
     let mut report = ServiceRoleReport { role: role.to_owned(), ..ServiceRoleReport::default() };
 
-    if inspect_role(&mut conn, role).await?.is_none() {
-        if !options.create {
-            return Err(OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") });
+    let row = match inspect_role(&mut conn, role).await? {
+        Some(row) => row,
+        None => {
+            if !options.create {
+                return Err(OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") });
+            }
+            // Two setups racing: the loser's CREATE fails, and finds the
+            // winner's role when it looks again.
+            let created = conn.batch_execute(&format!("CREATE ROLE {quoted_role} LOGIN")).await;
+            let row = inspect_role(&mut conn, role).await?;
+            match (created, row) {
+                (Ok(()), Some(row)) => {
+                    report.created = true;
+                    row
+                }
+                (Err(_), Some(row)) => row,
+                (Err(e), None) => return Err(OpsError::Query { context: format!("create role {role}"), source: e }),
+                (Ok(()), None) => {
+                    return Err(OpsError::Conflict(format!("role {role} was dropped while being set up")));
+                }
+            }
         }
-        // Two setups racing: the loser's CREATE fails; it checks again.
-        if let Err(e) = conn.batch_execute(&format!("CREATE ROLE {quoted_role} LOGIN")).await
-            && inspect_role(&mut conn, role).await?.is_none()
-        {
-            return Err(OpsError::Query { context: format!("create role {role}"), source: e });
-        }
-        report.created = true;
-    }
-    let row = inspect_role(&mut conn, role)
-        .await?
-        .ok_or_else(|| OpsError::Conflict(format!("role {role} was dropped while being set up")))?;
+    };
     if row.superuser || row.bypass_rls || row.owns_tables {
         return Err(OpsError::Conflict(format!(
             "role {role} is exempt from row-level security (superuser, BYPASSRLS or owner of the tables); \
@@ -278,64 +286,48 @@ pub async fn setup_service_role(
     report.granted = STORE_FUNCTIONS.iter().map(|f| (*f).to_owned()).collect();
 
     let role_oid = row.oid;
-    let apps_for_tx = apps.clone();
-    let binding = options.apps.clone();
-    let (bound, unbound) = conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            {
+    // The role's apps after setup: `None` stands for every app, as in the
+    // table; nothing to write when the bindings stay as they are.
+    let wanted: Option<Vec<Option<String>>> = match (&options.apps, apps) {
+        (AppBinding::Keep, _) => None,
+        (AppBinding::AllApps, _) => Some(vec![None]),
+        (AppBinding::Apps(_), apps) => Some(apps.unwrap_or_default().into_iter().map(Some).collect()),
+    };
+    let (bound, unbound) = match wanted {
+        None => (Vec::new(), Vec::new()),
+        Some(wanted) => conn
+            .transaction::<_, diesel::result::Error, _>(async move |conn| {
                 // Two setups of one role take turns, so the result is one
                 // of their sets, never a mix.
                 diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('adk_role_apps:' || $1::text, 0))")
                     .bind::<Oid, _>(role_oid)
                     .execute(conn)
                     .await?;
-                let (unbound, bound) = match (&binding, apps_for_tx) {
-                    (AppBinding::Keep, _) => (Vec::new(), Vec::new()),
-                    (AppBinding::AllApps, _) => {
-                        let unbound = diesel::sql_query(
-                            "DELETE FROM adk_role_apps WHERE role_oid = $1 AND app_name IS NOT NULL RETURNING app_name",
-                        )
-                        .bind::<Oid, _>(role_oid)
-                        .load::<BindingRow>(conn)
-                        .await?;
-                        let bound = diesel::sql_query(
-                            "INSERT INTO adk_role_apps (role_oid, app_name) VALUES ($1, NULL)
-                             ON CONFLICT DO NOTHING RETURNING app_name",
-                        )
-                        .bind::<Oid, _>(role_oid)
-                        .load::<BindingRow>(conn)
-                        .await?;
-                        (unbound, bound)
-                    }
-                    (AppBinding::Apps(_), apps) => {
-                        let apps = apps.unwrap_or_default();
-                        let unbound = diesel::sql_query(
-                            "DELETE FROM adk_role_apps WHERE role_oid = $1
-                               AND (app_name IS NULL OR app_name <> ALL ($2)) RETURNING app_name",
-                        )
-                        .bind::<Oid, _>(role_oid)
-                        .bind::<Array<Text>, _>(&apps)
-                        .load::<BindingRow>(conn)
-                        .await?;
-                        let bound = diesel::sql_query(
-                            "INSERT INTO adk_role_apps (role_oid, app_name) SELECT $1, a FROM unnest($2::text[]) a
-                             ON CONFLICT DO NOTHING RETURNING app_name",
-                        )
-                        .bind::<Oid, _>(role_oid)
-                        .bind::<Array<Text>, _>(&apps)
-                        .load::<BindingRow>(conn)
-                        .await?;
-                        (unbound, bound)
-                    }
-                };
+                let unbound = diesel::sql_query(
+                    "DELETE FROM adk_role_apps b WHERE b.role_oid = $1
+                       AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) w(app) WHERE w.app IS NOT DISTINCT FROM b.app_name)
+                     RETURNING b.app_name",
+                )
+                .bind::<Oid, _>(role_oid)
+                .bind::<Array<Nullable<Text>>, _>(&wanted)
+                .load::<BindingRow>(conn)
+                .await?;
+                let bound = diesel::sql_query(
+                    "INSERT INTO adk_role_apps (role_oid, app_name) SELECT $1, w.app FROM unnest($2::text[]) w(app)
+                     ON CONFLICT DO NOTHING RETURNING app_name",
+                )
+                .bind::<Oid, _>(role_oid)
+                .bind::<Array<Nullable<Text>>, _>(&wanted)
+                .load::<BindingRow>(conn)
+                .await?;
                 Ok((
                     bound.into_iter().map(|r| r.app_name).collect::<Vec<_>>(),
                     unbound.into_iter().map(|r| r.app_name).collect::<Vec<_>>(),
                 ))
-            }
-        })
-        .await
-        .map_err(OpsError::query("bind the role to its apps"))?;
+            })
+            .await
+            .map_err(OpsError::query("bind the role to its apps"))?,
+    };
     report.bound = bound;
     report.unbound = unbound;
     report.bindings = read_bindings(&mut conn, role_oid).await?;
