@@ -19,7 +19,7 @@
 //! never fail would fail here.
 
 use adk_postgres_retention::{LockPolicy, MaintenanceConfig, convert_events, run_maintenance};
-use adk_postgres_storage::migrations::run_pending_migrations;
+use adk_postgres_schema::migrations::run_pending_migrations;
 use adk_postgres_testing::{empty_database, test_database};
 use adk_postgres_tests::pg::client;
 use chrono::{Days, NaiveDate, Utc};

@@ -26,7 +26,7 @@
 
 use adk_postgres_domain::{AppName, AppendOptions, CreateSession, SessionStore, StoreConfig, UserId};
 use adk_postgres_retention::{AppBinding, MaintenanceConfig, run_maintenance};
-use adk_postgres_storage::migrations::run_pending_migrations;
+use adk_postgres_schema::migrations::run_pending_migrations;
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, empty_database};
 use adk_postgres_tests::pg::{self, client, login_url, two_tenants, unique_role, with_delta};

@@ -13,7 +13,7 @@ use adk_postgres_retention::{
     ConvertOptions, ConvertProgress, LockPolicy, OpsError, StepKind, conversion_plan, convert_events,
     convert_events_with, plan_conversion,
 };
-use adk_postgres_storage::migrations::pending_migrations;
+use adk_postgres_schema::migrations::pending_migrations;
 use adk_postgres_testing::{TestDatabase, empty_database, test_database};
 use adk_postgres_tests::pg::{client, new_session, store};
 use chrono::{NaiveDate, Utc};

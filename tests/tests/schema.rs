@@ -1,8 +1,8 @@
 //! The data model as migrated: constraints, partitioning, storage settings,
 //! the schema.rs mirror and reversible migrations.
 
-use adk_postgres_storage::migrations::{revert_all_migrations, run_pending_migrations};
-use adk_postgres_storage::schema_print::render_schema;
+use adk_postgres_schema::migrations::{revert_all_migrations, run_pending_migrations};
+use adk_postgres_schema::tables_print::render_schema;
 use adk_postgres_testing::{empty_database, test_database};
 use adk_postgres_tests::pg::{client, server_binary};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -228,10 +228,10 @@ async fn schema_rs_matches_database() {
     let db = test_database().await;
     let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
     let rendered = render_schema(&mut conn).await.expect("render schema");
-    let checked_in = include_str!("../../crates/storage/src/schema.rs");
+    let checked_in = include_str!("../../crates/schema/src/tables.rs");
     assert!(
         rendered == checked_in,
-        "crates/storage/src/schema.rs is stale; regenerate it with `cargo xtask schema`.\n--- expected ---\n{rendered}"
+        "crates/schema/src/tables.rs is stale; regenerate it with `cargo xtask schema`.\n--- expected ---\n{rendered}"
     );
 }
 

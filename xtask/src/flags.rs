@@ -12,7 +12,7 @@ cargo xtask <command>
   db url         print the URL of its `adk` database
   db psql [ARGS] open psql on it
   migrate        apply pending migrations to $DATABASE_URL, else to the developer cluster
-  schema         regenerate crates/storage/src/schema.rs from a freshly migrated database
+  schema         regenerate crates/schema/src/tables.rs from a freshly migrated database
   test [ARGS]    run the workspace tests on a throwaway cluster; ARGS go to
                  `cargo nextest run` (or `cargo test` without nextest), e.g. `-- -p adk-postgres-testing`
   bench [ARGS]   benchmarks against the raw-SQL floor (pgbench) and adk-session's

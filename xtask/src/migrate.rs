@@ -14,7 +14,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     // diesel's migration harness blocks; storage runs it on spawn_blocking.
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting a tokio runtime")?;
-    let applied = runtime.block_on(adk_postgres_storage::run_pending_migrations(&url))?;
+    let applied = runtime.block_on(adk_postgres_schema::run_pending_migrations(&url))?;
     if applied.is_empty() {
         println!("nothing to apply: the database is up to date");
     }

@@ -1,4 +1,4 @@
-//! `schema`: regenerate `crates/storage/src/schema.rs` from a freshly
+//! `schema`: regenerate `crates/schema/src/tables.rs` from a freshly
 //! migrated database (the test `schema_rs_matches_database` says when).
 
 use std::process::ExitCode;
@@ -14,9 +14,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let rendered = runtime.block_on(async {
         let db = adk_postgres_testing::test_database().await;
         let mut conn = AsyncPgConnection::establish(db.url()).await.context("connecting to the test database")?;
-        adk_postgres_storage::schema_print::render_schema(&mut conn).await.context("reading the schema")
+        adk_postgres_schema::tables_print::render_schema(&mut conn).await.context("reading the schema")
     })?;
-    let path = project::root().join("crates/storage/src/schema.rs");
+    let path = project::root().join("crates/schema/src/tables.rs");
     let current = std::fs::read_to_string(&path).unwrap_or_default();
     if current == rendered {
         println!("{} is up to date", path.display());

@@ -56,7 +56,7 @@ pub use adk_postgres_storage as storage;
 /// [`PgSessionService::connect`].
 #[cfg(feature = "postgres")]
 pub async fn migrate(url: &str) -> adk_core::Result<Vec<String>> {
-    adk_postgres_storage::run_pending_migrations(url).await.map_err(|e| {
+    adk_postgres_schema::run_pending_migrations(url).await.map_err(|e| {
         adk_core::AdkError::new(
             adk_core::ErrorComponent::Session,
             adk_core::ErrorCategory::Unavailable,

@@ -191,7 +191,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
 }
 
 async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
-    adk_postgres_storage::run_pending_migrations(url).await.context("migrating")?;
+    adk_postgres_schema::run_pending_migrations(url).await.context("migrating")?;
     // Premake today and the week ahead, as `adk-pg maintain` does.
     run_maintenance(url, today, &MaintenanceConfig::default()).await.context("premaking partitions")?;
     Ok(())

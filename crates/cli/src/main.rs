@@ -70,7 +70,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     match cli.command {
         Command::Migrate => {
-            let applied = adk_postgres_storage::run_pending_migrations(&url).await.context("migrate")?;
+            let applied = adk_postgres_schema::run_pending_migrations(&url).await.context("migrate")?;
             if applied.is_empty() {
                 println!("the database is up to date");
             } else {

@@ -88,7 +88,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Instant;
 
-use adk_postgres_storage::migrations::{MIGRATIONS, apply_pending_migrations};
+use adk_postgres_schema::migrations::{MIGRATIONS, apply_pending_migrations};
 use chrono::NaiveDate;
 use diesel::QueryableByName;
 use diesel::migration::MigrationSource;
@@ -106,7 +106,7 @@ use crate::partitions::partition_name;
 use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two conversions apart.
-pub const CONVERT_LOCK_KEY: i64 = 0x0adc_9a57_0002;
+pub const CONVERT_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::CONVERSION;
 
 /// The old table's name once it is a partition.
 pub const LEGACY_PARTITION: &str = "adk_events_legacy";

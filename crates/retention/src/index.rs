@@ -34,7 +34,7 @@ use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, 
 
 /// Key of the advisory lock that keeps two index builds apart: both would
 /// otherwise take each other's half-built index for a leftover and drop it.
-pub const INDEX_BUILD_LOCK_KEY: i64 = 0x0adc_9a57_0003;
+pub const INDEX_BUILD_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::INDEX_BUILD;
 
 /// PostgreSQL truncates identifiers longer than this (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;

@@ -29,7 +29,7 @@ use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, s
 use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
-pub const MAINTENANCE_LOCK_KEY: i64 = 0x0adc_9a57_0001;
+pub const MAINTENANCE_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::MAINTENANCE;
 
 /// How a run does its work. How far ahead to premake and how long to keep
 /// are not here: they are the store's policy, in the database.

@@ -9,20 +9,7 @@ use serde::Serialize;
 
 use crate::error::OpsError;
 
-/// The partition holding one UTC day; matches the SQL function
-/// `adk_event_partition_name`.
-pub fn partition_name(day: NaiveDate) -> String {
-    format!("adk_events_p{}", day.format("%Y%m%d"))
-}
-
-/// The day a daily partition's name stands for.
-pub fn day_of_partition(name: &str) -> Option<NaiveDate> {
-    let digits = name.strip_prefix("adk_events_p")?;
-    if digits.len() != 8 {
-        return None;
-    }
-    NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
-}
+pub use adk_postgres_schema::names::{day_of_partition, partition_name};
 
 /// One attached partition of `adk_events`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -155,13 +142,6 @@ mod tests {
         );
         assert_eq!(parse_bound("FOR VALUES FROM (MINVALUE) TO ('2026-12-01')"), Some((None, Some(day("2026-12-01")))));
         assert_eq!(parse_bound("DEFAULT"), None);
-    }
-
-    #[test]
-    fn names_round_trip() {
-        assert_eq!(partition_name(day("2026-01-05")), "adk_events_p20260105");
-        assert_eq!(day_of_partition("adk_events_p20260105"), Some(day("2026-01-05")));
-        assert_eq!(day_of_partition("adk_events_legacy"), None);
     }
 
     #[test]

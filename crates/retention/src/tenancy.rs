@@ -25,15 +25,7 @@ use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident};
 /// The tables that hold the store's data. The service role holds no
 /// privilege on any of them; setting a role up revokes what an earlier
 /// version of this tool granted.
-pub const STORE_TABLES: [&str; 7] = [
-    "adk_sessions",
-    "adk_events",
-    "adk_user_states",
-    "adk_app_states",
-    "adk_store_policy",
-    "adk_role_apps",
-    "adk_role_app_changes",
-];
+pub use adk_postgres_schema::names::STORE_TABLES;
 
 /// Everything a service role may do: the store's operations, plus premaking
 /// today's partition when an append finds it missing.

@@ -1,17 +1,15 @@
-//! The PostgreSQL room of adk-postgres: the typed schema of the four tables,
-//! the embedded migrations that create them, the connection pool and the
-//! [`PgSessionStore`] that implements the domain's `SessionStore` contract.
+//! The runtime store of adk-postgres: the connection pool, the store's
+//! policy, and the [`PgSessionStore`] that implements the domain's
+//! `SessionStore` contract by calling the store's SQL functions.
 //!
-//! Nothing outside this crate depends on table layout: other crates go
-//! through the store or through the functions exported here.
+//! The layout it relies on (migrations, typed tables, shared names) is the
+//! `adk-postgres-schema` crate's. Nothing outside these two crates depends
+//! on table layout: other crates go through the store or the functions
+//! exported here.
 
-pub mod migrations;
 pub mod policy;
 pub mod pool;
-pub mod schema;
-pub mod schema_print;
 
-pub use migrations::{MigrationError, run_pending_migrations};
 pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, read_policy, set_policy};
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;

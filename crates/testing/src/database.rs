@@ -253,7 +253,7 @@ async fn build_template(server: &Server) -> Result<String, HarnessError> {
                 ))
                 .await?;
             let building_url = with_database(&server.url, &building)?;
-            adk_postgres_storage::run_pending_migrations(&building_url).await?;
+            adk_postgres_schema::run_pending_migrations(&building_url).await?;
             ensure_partitions(&building_url).await?;
             // Only a complete template ever carries the final name.
             pg.client.batch_execute(&format!("ALTER DATABASE {} RENAME TO {}", quote(&building), quote(&name))).await?;

@@ -32,7 +32,7 @@ pub enum HarnessError {
     #[error("{}", with_causes(.0))]
     Postgres(#[from] tokio_postgres::Error),
     #[error(transparent)]
-    Migration(#[from] adk_postgres_storage::MigrationError),
+    Migration(#[from] adk_postgres_schema::MigrationError),
     #[cfg(feature = "testcontainers")]
     #[error("starting a PostgreSQL container: {0}")]
     Container(#[from] testcontainers::TestcontainersError),

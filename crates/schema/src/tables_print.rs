@@ -1,4 +1,4 @@
-//! Renders `schema.rs` from a migrated database, so the checked-in file can
+//! Renders `tables.rs` from a migrated database, so the checked-in file can
 //! be regenerated (`cargo xtask schema`) and a test can prove it is current.
 //! A small stand-in for `diesel print-schema`, which needs libpq.
 
@@ -8,7 +8,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::{Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-/// The tables `schema.rs` describes, in file order.
+/// The tables `tables.rs` describes, in file order.
 pub const TABLES: [&str; 4] = ["adk_app_states", "adk_events", "adk_sessions", "adk_user_states"];
 
 #[derive(QueryableByName)]

@@ -1,0 +1,18 @@
+//! The database layout of adk-postgres, as a unit of its own: the embedded
+//! migrations that create it, the typed diesel tables generated from it,
+//! and the names (tables, partitions, advisory lock keys) the SQL and the
+//! Rust code share.
+//!
+//! It must not depend on the connection pool, the store or any other crate
+//! of the workspace, so the operations crate, the test harness and xtask
+//! can use it without pulling in the runtime store.
+
+pub mod migrations;
+pub mod names;
+pub mod tables;
+pub mod tables_print;
+
+pub use migrations::{
+    MIGRATIONS, MigrationError, apply_pending_migrations, pending_migrations, revert_all_migrations,
+    run_pending_migrations,
+};

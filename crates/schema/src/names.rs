@@ -1,0 +1,62 @@
+//! Names the SQL and the Rust code must agree on. The migrations spell the
+//! same names; `tests/tests/schema.rs` checks the two against the catalog.
+
+use chrono::NaiveDate;
+
+pub const SESSIONS: &str = "adk_sessions";
+pub const EVENTS: &str = "adk_events";
+pub const USER_STATES: &str = "adk_user_states";
+pub const APP_STATES: &str = "adk_app_states";
+pub const STORE_POLICY: &str = "adk_store_policy";
+pub const ROLE_APPS: &str = "adk_role_apps";
+pub const ROLE_APP_CHANGES: &str = "adk_role_app_changes";
+
+/// The tables that hold the store's data, its policy and its tenant
+/// bindings: every table the migrations create.
+pub const STORE_TABLES: [&str; 7] =
+    [SESSIONS, EVENTS, USER_STATES, APP_STATES, STORE_POLICY, ROLE_APPS, ROLE_APP_CHANGES];
+
+/// What every daily partition's name starts with; the day follows as `YYYYMMDD`.
+pub const EVENT_PARTITION_PREFIX: &str = "adk_events_p";
+
+/// The partition holding one UTC day; matches the SQL function
+/// `adk_event_partition_name`.
+pub fn partition_name(day: NaiveDate) -> String {
+    format!("{EVENT_PARTITION_PREFIX}{}", day.format("%Y%m%d"))
+}
+
+/// The day a daily partition's name stands for.
+pub fn day_of_partition(name: &str) -> Option<NaiveDate> {
+    let digits = name.strip_prefix(EVENT_PARTITION_PREFIX)?;
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
+}
+
+/// Session-level advisory lock keys, one per kind of unattended run, so two
+/// runs of one kind never overlap while runs of different kinds may. The
+/// high bits spell the project, to stay clear of other users' keys.
+pub mod lock_keys {
+    pub const MAINTENANCE: i64 = 0x0adc_9a57_0001;
+    pub const CONVERSION: i64 = 0x0adc_9a57_0002;
+    pub const INDEX_BUILD: i64 = 0x0adc_9a57_0003;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").expect("a date")
+    }
+
+    #[test]
+    fn partition_names_round_trip() {
+        assert_eq!(partition_name(day("2026-01-05")), "adk_events_p20260105");
+        assert_eq!(day_of_partition("adk_events_p20260105"), Some(day("2026-01-05")));
+        assert_eq!(day_of_partition("adk_events_p2026010"), None);
+        assert_eq!(day_of_partition("adk_events_p+2026010"), None);
+        assert_eq!(day_of_partition("adk_events_legacy"), None);
+    }
+}
