@@ -38,11 +38,6 @@ impl OpsError {
 /// Whether `error` is PostgreSQL giving up on a lock (lock_timeout) or
 /// breaking a deadlock: both are worth another attempt after a pause.
 pub(crate) fn is_lock_wait(error: &diesel::result::Error) -> bool {
-    match error {
-        diesel::result::Error::DatabaseError(_, info) => {
-            let message = info.message();
-            message.contains("lock timeout") || message.starts_with("deadlock detected")
-        }
-        _ => false,
-    }
+    use adk_postgres_storage::pg_error::{PgFailure, classify};
+    matches!(classify(error), PgFailure::LockTimeout | PgFailure::Deadlock)
 }

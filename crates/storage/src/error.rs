@@ -1,16 +1,11 @@
-//! The one place database failures become domain errors.
-//!
-//! diesel keeps the SQLSTATE only for constraint classes; lock and statement
-//! timeouts, deadlocks and shutdowns arrive as `Unknown`, so they are told
-//! apart by PostgreSQL's message text (the server's `lc_messages` must stay
-//! English for that; anything unrecognised is still a typed `Database`
-//! error, never a panic).
+//! Database failures as domain errors; [`crate::pg_error`] tells them apart.
 
 use adk_postgres_domain::StoreError;
 use adk_postgres_domain::state::MAX_STATE_BYTES;
-use chrono::NaiveDate;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 use diesel_async::pooled_connection::bb8::RunError;
+
+use crate::pg_error::{PgFailure, classify};
 
 /// Maps a pool checkout failure.
 pub(crate) fn from_pool(error: RunError) -> StoreError {
@@ -20,50 +15,30 @@ pub(crate) fn from_pool(error: RunError) -> StoreError {
 /// Maps a query failure. `state_field` names the input whose state a size
 /// check refers to (`state` on create, the event's state delta on append).
 pub(crate) fn from_diesel(error: DieselError, state_field: &str) -> StoreError {
-    match error {
-        DieselError::DatabaseError(kind, info) => {
-            let message = info.message();
-            let constraint = info.constraint_name().unwrap_or_default();
-            match kind {
-                DatabaseErrorKind::CheckViolation if message.starts_with("no partition of relation") => {
-                    StoreError::PartitionMissing { day: info.details().and_then(partition_day) }
-                }
-                DatabaseErrorKind::CheckViolation if constraint.ends_with("_state_size") => StoreError::StateTooLarge {
-                    field: format!("{state_field} ({} scope)", scope_of(constraint)),
-                    size: None,
-                    limit: MAX_STATE_BYTES,
-                },
-                DatabaseErrorKind::CheckViolation | DatabaseErrorKind::NotNullViolation => {
-                    StoreError::invalid(constraint_field(constraint), message)
-                }
-                DatabaseErrorKind::SerializationFailure => StoreError::Conflict { message: message.to_owned() },
-                DatabaseErrorKind::UnableToSendCommand => StoreError::Unavailable { message: message.to_owned() },
-                _ if message.starts_with("deadlock detected") => StoreError::Conflict { message: message.to_owned() },
-                _ if message.contains("row-level security") || message.starts_with("permission denied") => {
-                    StoreError::PermissionDenied { message: message.to_owned() }
-                }
-                _ if message.contains("lock timeout") => StoreError::Timeout { what: "a lock (lock_timeout)".into() },
-                _ if message.contains("statement timeout") => {
-                    StoreError::Timeout { what: "the statement (statement_timeout)".into() }
-                }
-                _ if message.starts_with("terminating connection") || message.contains("the database system is") => {
-                    StoreError::Unavailable { message: message.to_owned() }
-                }
-                _ => StoreError::Database { message: message.to_owned() },
-            }
+    let message = || match &error {
+        DieselError::DatabaseError(_, info) => info.message().to_owned(),
+        other => other.to_string(),
+    };
+    match classify(&error) {
+        PgFailure::PartitionMissing { day } => StoreError::PartitionMissing { day },
+        PgFailure::CheckViolation { constraint } if constraint.ends_with("_state_size") => StoreError::StateTooLarge {
+            field: format!("{state_field} ({} scope)", scope_of(&constraint)),
+            size: None,
+            limit: MAX_STATE_BYTES,
+        },
+        PgFailure::CheckViolation { constraint } | PgFailure::NotNullViolation { constraint } => {
+            StoreError::invalid(constraint_field(&constraint), message())
         }
-        DieselError::BrokenTransactionManager => {
+        PgFailure::SerializationFailure | PgFailure::Deadlock => StoreError::Conflict { message: message() },
+        PgFailure::PermissionDenied => StoreError::PermissionDenied { message: message() },
+        PgFailure::LockTimeout => StoreError::Timeout { what: "a lock (lock_timeout)".into() },
+        PgFailure::StatementTimeout => StoreError::Timeout { what: "the statement (statement_timeout)".into() },
+        PgFailure::ConnectionLost => StoreError::Unavailable { message: message() },
+        PgFailure::BrokenConnection => {
             StoreError::Unavailable { message: "connection left in an unknown transaction state".into() }
         }
-        other => StoreError::Database { message: other.to_string() },
+        PgFailure::UniqueViolation { .. } | PgFailure::Other => StoreError::Database { message: message() },
     }
-}
-
-/// `Partition key of the failing row contains (session_day) = (2026-11-30).`
-fn partition_day(detail: &str) -> Option<NaiveDate> {
-    let start = detail.rfind("= (")? + 3;
-    let end = start + detail[start..].find(')')?;
-    NaiveDate::parse_from_str(&detail[start..end], "%Y-%m-%d").ok()
 }
 
 fn scope_of(constraint: &str) -> &'static str {
@@ -88,13 +63,6 @@ fn constraint_field(constraint: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_the_day_from_the_partition_error_detail() {
-        let day = partition_day("Partition key of the failing row contains (session_day) = (2026-11-30).");
-        assert_eq!(day, NaiveDate::from_ymd_opt(2026, 11, 30));
-        assert_eq!(partition_day("something else"), None);
-    }
 
     #[test]
     fn names_fields_from_constraints() {

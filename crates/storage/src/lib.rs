@@ -16,5 +16,6 @@ pub mod store;
 
 mod call;
 mod error;
+pub mod pg_error;
 
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
