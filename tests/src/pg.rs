@@ -2,18 +2,23 @@
 //! plans, statistics and rows written without going through the store.
 
 use adk_postgres_domain::{AppName, CreateSession, Event, SessionKey, SessionStore, StoreConfig, UserId};
-use adk_postgres_retention::{AppBinding, ServiceRoleOptions, setup_service_role};
-use adk_postgres_storage::{PgSessionStore, PoolConfig};
-use tokio_postgres::{Client, NoTls};
+use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
+use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
+use adk_postgres_testing::connect;
+pub use adk_postgres_testing::{Notices, drain_notices as drain};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use tokio_postgres::Client;
 
 /// A plain tokio-postgres client on `url`; its connection task runs on the
 /// current runtime.
 pub async fn client(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect for raw SQL");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
+    connect(url).await.unwrap_or_else(|e| panic!("connect for raw SQL: {e}"))
+}
+
+/// A diesel connection on `url`, for the storage and retention functions
+/// that take one.
+pub async fn diesel(url: &str) -> AsyncPgConnection {
+    AsyncPgConnection::establish(url).await.unwrap_or_else(|e| panic!("connect with diesel to {url}: {e}"))
 }
 
 /// A store on `url` with default settings.
@@ -22,7 +27,18 @@ pub async fn store(url: &str) -> PgSessionStore {
 }
 
 pub async fn store_with(url: &str, config: StoreConfig) -> PgSessionStore {
-    PgSessionStore::connect(url, &PoolConfig::default(), config).await.expect("connect the store")
+    PgSessionStore::connect(url, &PoolConfig::default(), config)
+        .await
+        .unwrap_or_else(|e| panic!("connecting the store ({url}): {e}"))
+}
+
+/// A store on `url` acting for the tenants `scope` names, as a service role
+/// runs it.
+pub async fn scoped_store(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessionStore {
+    PgSessionStore::connect(url, &PoolConfig::default(), config)
+        .await
+        .unwrap_or_else(|e| panic!("connecting the store ({url}): {e}"))
+        .with_tenant_scope(scope)
 }
 
 /// A fresh role name: `prefix` and 12 random hex digits. Roles belong to the
@@ -84,30 +100,10 @@ pub async fn new_session(store: &dyn SessionStore, app: &str, user: &str) -> Ses
     store.create(request).await.expect("create session").key
 }
 
-/// Messages the server sends a session outside any result: notices, and
-/// log lines when `client_min_messages` lets them through.
-pub type Notices = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
-
-/// A client whose notices are collected, e.g. plans `auto_explain` logs.
+/// A client whose notices are collected, e.g. plans `auto_explain` logs;
+/// [`drain`] takes them.
 pub async fn client_with_notices(url: &str) -> (Client, Notices) {
-    use futures_util::StreamExt;
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.expect("connect for raw SQL");
-    let notices = Notices::default();
-    let sink = std::sync::Arc::clone(&notices);
-    tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(message)) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(notice.message().to_owned());
-            }
-        }
-    });
-    (client, notices)
-}
-
-/// Takes the notices collected so far.
-pub fn drain(notices: &Notices) -> Vec<String> {
-    std::mem::take(&mut *notices.lock().unwrap_or_else(|e| e.into_inner()))
+    adk_postgres_testing::connect_with_notices(url).await.unwrap_or_else(|e| panic!("connect for raw SQL: {e}"))
 }
 
 /// The text of `EXPLAIN (COSTS OFF) <sql>`.

@@ -270,11 +270,10 @@ async fn append_until_acknowledged(
 async fn terminate_backends(url: String, stop: Arc<AtomicBool>, terminations: Arc<AtomicU64>) {
     let mut pass = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let Ok((sql, connection)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await else {
+        let Ok(sql) = adk_postgres_testing::connect(&url).await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        tokio::spawn(connection);
         while !stop.load(Ordering::Relaxed) {
             pass += 1;
             let victims: Option<i64> = if pass.is_multiple_of(KILL_ALL_EVERY) { None } else { Some(1) };

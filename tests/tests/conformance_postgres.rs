@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use adk_postgres_domain::{SessionStore, StoreConfig};
-use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::conformance::StoreFactory;
+use adk_postgres_tests::pg::store_with;
 use tokio::sync::OnceCell;
 
 /// One database per test, created on first use and dropped with the factory
@@ -19,10 +19,7 @@ struct PgFactory {
 impl StoreFactory for PgFactory {
     async fn store(&self, config: StoreConfig) -> Arc<dyn SessionStore> {
         let db = self.db.get_or_init(test_database).await;
-        let store = PgSessionStore::connect(db.url(), &PoolConfig::default(), config)
-            .await
-            .unwrap_or_else(|e| panic!("connecting to {}: {e}", db.url()));
-        Arc::new(store)
+        Arc::new(store_with(db.url(), config).await)
     }
 }
 

@@ -22,22 +22,16 @@ use adk_postgres_domain::{
     AppName, AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, Session, SessionId, SessionKey,
     SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
-use adk_postgres_retention::AppBinding;
-use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
+use adk_postgres_storage::tenancy::AppBinding;
+use adk_postgres_storage::{PgSessionStore, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::conformance::StoreFactory;
+use adk_postgres_tests::pg::{scoped_store, store};
 use tokio::sync::{Mutex, OnceCell};
 
 /// A service role bound to `apps`: the URL it logs in with.
 async fn service_role(owner_url: &str, apps: AppBinding) -> String {
     adk_postgres_tests::pg::service_role(owner_url, "adk_svc", apps).await.1
-}
-
-async fn connect(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessionStore {
-    PgSessionStore::connect(url, &PoolConfig::default(), config)
-        .await
-        .unwrap_or_else(|e| panic!("connecting as the service role ({url}): {e}"))
-        .with_tenant_scope(scope)
 }
 
 // ---------------------------------------------------------------------------
@@ -54,7 +48,7 @@ impl StoreFactory for PerRequestFactory {
     async fn store(&self, config: StoreConfig) -> Arc<dyn SessionStore> {
         let db = self.db.get_or_init(test_database).await;
         let url = service_role(db.url(), AppBinding::AllApps).await;
-        Arc::new(connect(&url, config, TenantScope::PerRequest).await)
+        Arc::new(scoped_store(&url, config, TenantScope::PerRequest).await)
     }
 }
 
@@ -72,9 +66,7 @@ async fn per_request_find_by_id_searches_the_roles_own_apps() {
     let db = test_database().await;
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let (mine, theirs) = (format!("app-mine-{suffix}"), format!("app-theirs-{suffix}"));
-    let owner = PgSessionStore::connect(db.url(), &PoolConfig::default(), StoreConfig::default())
-        .await
-        .expect("connect as the owner");
+    let owner = store(db.url()).await;
     let id = format!("shared-{suffix}");
     let mut keys = Vec::new();
     for app in [&mine, &theirs] {
@@ -85,15 +77,15 @@ async fn per_request_find_by_id_searches_the_roles_own_apps() {
     let id = SessionId::new(id).expect("id");
 
     let bound = service_role(db.url(), AppBinding::Apps(vec![mine.clone()])).await;
-    let bound = connect(&bound, StoreConfig::default(), TenantScope::PerRequest).await;
+    let bound = scoped_store(&bound, StoreConfig::default(), TenantScope::PerRequest).await;
     assert_eq!(bound.find_by_id(&id, 5).await.expect("find"), vec![keys[0].clone()], "only its own app's session");
 
     let router = service_role(db.url(), AppBinding::AllApps).await;
-    let router = connect(&router, StoreConfig::default(), TenantScope::PerRequest).await;
+    let router = scoped_store(&router, StoreConfig::default(), TenantScope::PerRequest).await;
     assert_eq!(router.find_by_id(&id, 5).await.expect("find").len(), 2, "a router bound to every app finds both");
 
     let unbound = service_role(db.url(), AppBinding::Keep).await;
-    let unbound = connect(&unbound, StoreConfig::default(), TenantScope::PerRequest).await;
+    let unbound = scoped_store(&unbound, StoreConfig::default(), TenantScope::PerRequest).await;
     assert!(unbound.find_by_id(&id, 5).await.expect("find").is_empty(), "a role bound to nothing finds nothing");
 
     assert_eq!(owner.find_by_id(&id, 5).await.expect("find").len(), 2);
@@ -131,7 +123,7 @@ impl PerAppFixed {
             return Arc::clone(store);
         }
         let url = service_role(&self.owner_url, AppBinding::Apps(vec![app.as_str().to_owned()])).await;
-        let store = Arc::new(connect(&url, self.config.clone(), TenantScope::Fixed(app.clone())).await);
+        let store = Arc::new(scoped_store(&url, self.config.clone(), TenantScope::Fixed(app.clone())).await);
         stores.insert(app.clone(), Arc::clone(&store));
         store
     }

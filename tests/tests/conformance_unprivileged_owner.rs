@@ -25,11 +25,12 @@
 //!   every app, and a role with direct reads sees only its bound app.
 
 use adk_postgres_domain::{AppName, AppendOptions, CreateSession, SessionStore, StoreConfig, UserId};
-use adk_postgres_retention::{AppBinding, MaintenanceConfig, run_maintenance};
+use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
 use adk_postgres_schema::migrations::run_pending_migrations;
-use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
+use adk_postgres_storage::TenantScope;
+use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_testing::{TestDatabase, empty_database};
-use adk_postgres_tests::pg::{self, client, login_url, two_tenants, unique_role, with_delta};
+use adk_postgres_tests::pg::{self, client, login_url, scoped_store, two_tenants, unique_role, with_delta};
 use chrono::{Days, NaiveDate};
 use serde_json::json;
 use tokio_postgres::Client;
@@ -96,13 +97,6 @@ async fn service_role(owner_url: &str, apps: AppBinding) -> (String, String) {
     pg::service_role(owner_url, "adk_svc", apps).await
 }
 
-async fn connect(url: &str, config: StoreConfig, scope: TenantScope) -> PgSessionStore {
-    PgSessionStore::connect(url, &PoolConfig::default(), config)
-        .await
-        .unwrap_or_else(|e| panic!("connecting the store ({url}): {e}"))
-        .with_tenant_scope(scope)
-}
-
 async fn count(sql: &Client, table: &str) -> i64 {
     sql.query_one(&format!("SELECT count(*) FROM {table}"), &[])
         .await
@@ -147,7 +141,7 @@ struct OwnerFactory {
 impl adk_postgres_tests::conformance::StoreFactory for OwnerFactory {
     async fn store(&self, config: StoreConfig) -> std::sync::Arc<dyn SessionStore> {
         let db = self.db.get_or_init(owned_database).await;
-        std::sync::Arc::new(connect(&db.url, config, TenantScope::Off).await)
+        std::sync::Arc::new(scoped_store(&db.url, config, TenantScope::Off).await)
     }
 }
 
@@ -172,7 +166,7 @@ impl adk_postgres_tests::conformance::StoreFactory for ServiceRoleFactory {
     async fn store(&self, config: StoreConfig) -> std::sync::Arc<dyn SessionStore> {
         let db = self.db.get_or_init(owned_database).await;
         let (_, url) = service_role(&db.url, AppBinding::AllApps).await;
-        std::sync::Arc::new(connect(&url, config, TenantScope::PerRequest).await)
+        std::sync::Arc::new(scoped_store(&url, config, TenantScope::PerRequest).await)
     }
 }
 
@@ -331,7 +325,7 @@ async fn a_service_role_store_makes_todays_missing_partition_itself() {
         )
         .await
         .expect("drop today's partition as the owner");
-    let service = connect(&service_url, StoreConfig::default(), TenantScope::PerRequest).await;
+    let service = scoped_store(&service_url, StoreConfig::default(), TenantScope::PerRequest).await;
     let request = CreateSession::new(AppName::new("alpha").expect("app"), UserId::new("u1").expect("user"));
     let session = service.create(request).await.expect("create as the service role");
     let appended = service

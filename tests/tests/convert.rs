@@ -3,22 +3,21 @@
 //! guarantees, new sessions in daily partitions, resumable after an
 //! interruption at any step, and a dry run that shows the exact SQL.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adk_postgres_domain::{AppName, AppendOptions, Event, GetOptions, SessionId, SessionKey, SessionStore, UserId};
 use adk_postgres_retention::convert::CONVERT_LOCK_KEY;
 use adk_postgres_retention::partitions::partition_name;
 use adk_postgres_retention::{
-    ConvertOptions, ConvertProgress, LockPolicy, OpsError, StepKind, conversion_plan, convert_events,
+    ConvertOptions, ConvertProgress, LockPolicy, RetentionError, StepKind, conversion_plan, convert_events,
     convert_events_with, plan_conversion,
 };
 use adk_postgres_schema::migrations::pending_migrations;
 use adk_postgres_testing::{TestDatabase, empty_database, test_database};
-use adk_postgres_tests::pg::{client, new_session, store};
+use adk_postgres_tests::pg::{client, client_with_notices, new_session, store};
 use chrono::{NaiveDate, Utc};
-use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::Client;
 
 const LEGACY_LAYOUT: &str = include_str!("../fixtures/legacy_layout.sql");
 
@@ -300,22 +299,6 @@ async fn converts_a_live_table_without_rewriting_it() {
     assert_eq!(catalog_summary(&sql).await, before);
 }
 
-/// A plain client that collects the server's notices.
-async fn client_with_notices(url: &str) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
-    let notices = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&notices);
-    tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(message)) = messages.next().await {
-            if let AsyncMessage::Notice(notice) = message {
-                sink.lock().expect("notices").push(notice.message().to_owned());
-            }
-        }
-    });
-    (client, notices)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_swap_neither_scans_nor_builds_under_its_lock() {
     let db = legacy_database(200, 10).await;
@@ -530,13 +513,13 @@ async fn refuses_what_it_does_not_recognise_and_changes_nothing() {
     sql.batch_execute("ALTER TABLE adk_events ADD COLUMN tenant text").await.expect("extra column");
     let before = catalog_summary(&sql).await;
     let err = convert_events(db.url(), utc_today(), &policy(), &mut |_| {}).await.expect_err("refused");
-    assert!(matches!(&err, OpsError::Conflict(m) if m.contains("tenant")), "{err}");
+    assert!(matches!(&err, RetentionError::Conflict(m) if m.contains("tenant")), "{err}");
     assert!(plan_conversion(db.url(), utc_today()).await.is_err());
     assert_eq!(catalog_summary(&sql).await, before);
 
     let empty = empty_database().await;
     let err = convert_events(empty.url(), utc_today(), &policy(), &mut |_| {}).await.expect_err("no tables");
-    assert!(matches!(err, OpsError::NotMigrated(_)), "{err}");
+    assert!(matches!(err, RetentionError::NotMigrated(_)), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -555,7 +538,7 @@ async fn a_resumed_run_must_keep_the_cutover() {
     .expect("first part");
     let later = cutover.succ_opt().expect("tomorrow");
     let err = convert_events(db.url(), later, &policy(), &mut |_| {}).await.expect_err("another cutover");
-    assert!(matches!(&err, OpsError::Conflict(m) if m.contains("cutover")), "{err}");
+    assert!(matches!(&err, RetentionError::Conflict(m) if m.contains("cutover")), "{err}");
     convert_events(db.url(), cutover, &policy(), &mut |_| {}).await.expect("the same cutover finishes");
 }
 
@@ -565,7 +548,7 @@ async fn two_conversions_do_not_run_at_once() {
     let holder = client(db.url()).await;
     holder.execute("SELECT pg_advisory_lock($1)", &[&CONVERT_LOCK_KEY]).await.expect("hold the lock");
     let err = convert_events(db.url(), utc_today(), &policy(), &mut |_| {}).await.expect_err("busy");
-    assert!(matches!(&err, OpsError::Conflict(m) if m.contains("another conversion")), "{err}");
+    assert!(matches!(&err, RetentionError::Conflict(m) if m.contains("another conversion")), "{err}");
     holder.execute("SELECT pg_advisory_unlock($1)", &[&CONVERT_LOCK_KEY]).await.expect("release");
     convert_events(db.url(), utc_today(), &policy(), &mut |_| {}).await.expect("now it runs");
 }

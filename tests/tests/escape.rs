@@ -46,7 +46,8 @@ use adk_postgres_domain::{
     AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionKey, SessionStore, StoreConfig,
     StoreError, UserId,
 };
-use adk_postgres_retention::{AppBinding, MaintenanceConfig, ServiceRoleOptions, run_maintenance, setup_service_role};
+use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
+use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::pg::{self, client, store, with_delta};
@@ -571,12 +572,12 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
     // Redefining the store's functions needs their ownership.
     let redefinitions = [
         (
-            "adk_load_session",
-            "CREATE OR REPLACE FUNCTION public.adk_load_session(p_tenant text, p_app_name text, p_user_id text,
-                                                                p_session_id text)
+            "adk_get_session",
+            "CREATE OR REPLACE FUNCTION public.adk_get_session(p_tenant text, p_app_name text, p_user_id text,
+                                                               p_session_id text, p_after_ts bigint, p_limit bigint)
              RETURNS TABLE (state jsonb, last_seq bigint, session_day date, created_at timestamptz,
                             updated_at timestamptz, expires_at timestamptz, closed_at timestamptz,
-                            successor_id text, user_state jsonb, app_state jsonb)
+                            successor_id text, user_state jsonb, app_state jsonb, payload jsonb)
              LANGUAGE plpgsql SECURITY DEFINER AS $f$ BEGIN RETURN; END $f$",
         ),
         (
@@ -619,9 +620,8 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
              'agent', 2, '{}', NULL)",
         "SELECT count(*) FROM adk_list_sessions('beta', 'beta', 'u1', NULL, NULL, 100)",
         "SELECT count(*) FROM adk_find_sessions('beta', 'beta-session', 10)",
-        "SELECT count(*) FROM adk_load_events('beta', 'beta', 'u1', 'beta-session', (now() AT TIME ZONE 'UTC')::date,
-             1000, NULL, 1000)",
-        "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')",
+        "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 1000)",
+        "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)",
         "SELECT count(*) FROM (SELECT adk_delete_session('beta', 'beta', 'u1', 'beta-next')) d",
     ];
     for call in calls {
@@ -630,14 +630,14 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
     at.count(
         "role B's temp adk_sessions is not what the store reads",
         &b,
-        "SELECT last_seq FROM adk_load_session('beta', 'beta', 'u1', 'beta-session')",
+        "SELECT last_seq FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0)",
         1,
     )
     .await;
     at.count(
         "role B's temp adk_role_apps binding it to alpha is not honoured",
         &b,
-        "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')",
+        "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)",
         0,
     )
     .await;
@@ -712,7 +712,7 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
     at.count(
         "role B reads alpha after planting its shadows",
         &b,
-        "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')",
+        "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)",
         0,
     )
     .await;
@@ -783,13 +783,9 @@ async fn writing_the_tables_directly(at: &mut Attempts) {
 /// Reads of alpha's session with tenant `t` (an SQL literal).
 fn foreign_reads(t: &str) -> Vec<(&'static str, String)> {
     vec![
-        ("adk_load_session", format!("SELECT count(*) FROM adk_load_session({t}, 'alpha', 'u1', 'alpha-session')")),
         (
-            "adk_load_events",
-            format!(
-                "SELECT count(*) FROM adk_load_events({t}, 'alpha', 'u1', 'alpha-session',
-                                                      (now() AT TIME ZONE 'UTC')::date, 1000, NULL, 1000)"
-            ),
+            "adk_get_session",
+            format!("SELECT count(*) FROM adk_get_session({t}, 'alpha', 'u1', 'alpha-session', NULL, NULL)"),
         ),
         ("adk_list_sessions", format!("SELECT count(*) FROM adk_list_sessions({t}, 'alpha', 'u1', NULL, NULL, 100)")),
         ("adk_find_sessions", format!("SELECT count(*) FROM adk_find_sessions({t}, 'alpha-session', 10)")),
@@ -848,7 +844,7 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
         at.count(&format!("role B, adk.app_name forged to alpha: {function} of alpha"), &b, &query, 0).await;
     }
     assert_eq!(
-        must_count(&b, "SELECT count(*) FROM adk_load_session('beta', 'beta', 'u1', 'beta-session')").await,
+        must_count(&b, "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0)").await,
         1,
         "role B reads its own session"
     );
@@ -948,8 +944,8 @@ async fn acting_through_set_role(at: &mut Attempts) {
     let member = plain_role(&w.db, &w.owner, "member").await;
     must(&w.owner, &format!("GRANT \"{}\" TO \"{}\"", w.a.name, member.name)).await;
     let m = client(&member.url).await;
-    let load_alpha = "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')";
-    let load_beta = "SELECT count(*) FROM adk_load_session('beta', 'beta', 'u1', 'beta-session')";
+    let load_alpha = "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)";
+    let load_beta = "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0)";
     let append_alpha = "SELECT * FROM adk_append_event('alpha', 'alpha', 'u1', 'alpha-session', 'member-1', NULL,
                             'member', 0, '{}', '{}', '{}', '{}', NULL, NULL)";
 
@@ -996,7 +992,7 @@ async fn acting_through_set_role(at: &mut Attempts) {
     at.count(
         "an all-apps role calls with a mismatched tenant",
         &r,
-        "SELECT count(*) FROM adk_load_session('beta', 'alpha', 'u1', 'alpha-session')",
+        "SELECT count(*) FROM adk_get_session('beta', 'alpha', 'u1', 'alpha-session', NULL, 0)",
         0,
     )
     .await;
@@ -1036,7 +1032,7 @@ async fn checks_that_held(at: &mut Attempts) {
 
     // The tenant a store function sets is local to its transaction.
     assert_eq!(
-        must_count(&sql, "SELECT count(*) FROM adk_load_session('beta', 'beta', 'u1', 'beta-session')").await,
+        must_count(&sql, "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0)").await,
         1,
         "the reporting role is a service role too"
     );
@@ -1114,9 +1110,11 @@ async fn a_broad_write_grant_and_the_bindings(at: &mut Attempts) {
             Ok(()) => {
                 must(&sql, "SET LOCAL adk.app_name = 'alpha'").await;
                 let direct = must_count(&sql, "SELECT count(*) FROM adk_sessions").await;
-                let through =
-                    must_count(&sql, "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')")
-                        .await;
+                let through = must_count(
+                    &sql,
+                    "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)",
+                )
+                .await;
                 (
                     direct == 0 && through == 0,
                     Some(format!("then saw {direct} alpha sessions directly, {through} through the store")),
@@ -1137,8 +1135,8 @@ async fn a_broad_write_grant_and_the_bindings(at: &mut Attempts) {
 async fn rebinding_a_role(at: &mut Attempts) {
     let w = world().await;
     let b = client(&w.b.url).await;
-    let load_alpha = "SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')";
-    let load_beta = "SELECT count(*) FROM adk_load_session('beta', 'beta', 'u1', 'beta-session')";
+    let load_alpha = "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)";
+    let load_beta = "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0)";
     assert_eq!((must_count(&b, load_alpha).await, must_count(&b, load_beta).await), (0, 1), "bound to beta");
 
     // A re-binding that fails changes nothing.
@@ -1161,8 +1159,8 @@ async fn rebinding_a_role(at: &mut Attempts) {
                 watcher.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.expect("begin");
                 let row = watcher
                     .query_one(
-                        "SELECT (SELECT count(*) FROM adk_load_session('alpha', 'alpha', 'u1', 'alpha-session')),
-                                (SELECT count(*) FROM adk_load_session('beta', 'beta', 'u1', 'beta-session'))",
+                        "SELECT (SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)),
+                                (SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 0))",
                         &[],
                     )
                     .await

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use adk_postgres_domain::{AppendOptions, Event, SessionStore};
 use adk_postgres_retention::index::child_index_name;
 use adk_postgres_retention::{
-    IndexOptions, IndexProgress, LockPolicy, OpsError, create_partitioned_index, create_partitioned_index_with,
+    IndexOptions, IndexProgress, LockPolicy, RetentionError, create_partitioned_index, create_partitioned_index_with,
 };
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, new_session, store};
@@ -150,7 +150,7 @@ async fn builds_across_partitions_while_appends_continue() {
         create_partitioned_index(db.url(), "adk_events_app_author", &["author"], &LockPolicy::default(), &mut |_| {})
             .await
             .expect_err("another definition");
-    assert!(matches!(err, OpsError::Conflict(_)), "{err}");
+    assert!(matches!(err, RetentionError::Conflict(_)), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -261,7 +261,10 @@ async fn names_and_columns_are_checked_before_anything_runs() {
     ];
     for (name, columns, field) in cases {
         let err = create_partitioned_index(db.url(), name, columns, &policy, &mut |_| {}).await.expect_err(name);
-        assert!(matches!(&err, OpsError::InvalidInput { field: f, .. } if *f == field), "{name} {columns:?}: {err}");
+        assert!(
+            matches!(&err, RetentionError::InvalidInput { field: f, .. } if *f == field),
+            "{name} {columns:?}: {err}"
+        );
     }
     let sql = client(db.url()).await;
     let made: bool = sql.query_one("SELECT to_regclass('ok_name') IS NOT NULL", &[]).await.expect("lookup").get(0);

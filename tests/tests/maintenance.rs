@@ -7,12 +7,13 @@ use std::time::Duration;
 use adk_postgres_domain::{
     AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError, StorePolicy,
 };
-use adk_postgres_retention::{HealthThresholds, LockPolicy, MaintenanceConfig, OpsError, health, run_maintenance};
+use adk_postgres_retention::{
+    HealthThresholds, LockPolicy, MaintenanceConfig, RetentionError, health, run_maintenance,
+};
 use adk_postgres_storage::set_policy;
 use adk_postgres_testing::{Cluster, start_throwaway_cluster, test_database, test_database_on};
-use adk_postgres_tests::pg::{client, new_session, store, store_with};
+use adk_postgres_tests::pg::{client, diesel, new_session, store, store_with};
 use chrono::{Days, NaiveDate, Utc};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -379,7 +380,7 @@ fn names(list: &[NaiveDate]) -> Vec<String> {
 }
 
 async fn change_policy(url: &str, policy: StorePolicy) {
-    let mut conn = AsyncPgConnection::establish(url).await.expect("connect");
+    let mut conn = diesel(url).await;
     set_policy(&mut conn, &policy).await.expect("set the policy");
 }
 
@@ -697,7 +698,7 @@ async fn a_run_that_fails_for_good_is_recorded_and_the_next_one_finishes() {
         ..MaintenanceConfig::default()
     };
     let err = run_maintenance(db.url(), today, &impatient).await.expect_err("the reader never lets go");
-    assert!(matches!(err, OpsError::LockTimeout { .. }), "{err:?}");
+    assert!(matches!(err, RetentionError::LockTimeout { .. }), "{err:?}");
     assert!(detach_pending(&sql).await, "the second phase timed out");
     let (outcome, error, _) = latest_run(&sql).await;
     assert_eq!(outcome, "failed");

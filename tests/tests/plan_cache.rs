@@ -8,14 +8,15 @@
 //! While statistics say today's partition holds a handful of rows, a
 //! sequential scan plus a sort is the cheapest way to read it, so the generic
 //! plan reads every row of the partition on every call, long after it holds
-//! tens of thousands. The store's functions carry
-//! `SET plan_cache_mode = force_custom_plan`, so each call is planned with its
-//! parameters and today's actual size.
+//! tens of thousands. So the store's functions read a partition only
+//! through `EXECUTE` (planned with its arguments on every call): the event
+//! read of `adk_get_session`, and the replay lookup of `adk_append_event`,
+//! whose common path reads no partition at all.
 //!
-//! The test runs the same story twice, on two databases: once as migrated,
-//! and once as a control with that setting reset on the functions it calls.
-//! The control must show the sequential scans (else this test could not
-//! notice the fix going missing); the migrated functions must show none.
+//! The warm connection also calls a control: the same event read as static
+//! PL/pgSQL, as the store's functions were once written. The control must
+//! show the sequential scans (else this test could not notice the fix going
+//! missing); the store's functions must show none.
 
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::pg::client;
@@ -30,14 +31,25 @@ const MEASURED_CALLS: usize = 3;
 const FILL_SESSIONS: i32 = 500;
 const FILL_EVENTS: i32 = 100;
 
-const LOAD_EVENTS: &str = "adk_load_events(text, text, text, text, date, bigint, bigint, bigint)";
-const APPEND_EVENT: &str =
-    "adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval)";
+/// As the store reads a session: the latest events, limited.
+const GET_SQL: &str =
+    "SELECT payload FROM adk_get_session(NULL, 'app', 'user', 'warm', NULL, 20) WHERE payload IS NOT NULL";
 
-/// As the store reads a session's events: `session_day` bound, the latest
-/// events first, limited.
-const LOAD_SQL: &str =
-    "SELECT payload FROM adk_load_events(NULL, 'app', 'user', 'warm', $1::text::date, 1000000, NULL, 20)";
+/// The control: the same event read as a static PL/pgSQL statement, whose
+/// plan the connection caches.
+const CONTROL_FUNCTION: &str = "
+CREATE FUNCTION control_recent_events(p_day date) RETURNS SETOF jsonb LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN QUERY
+    SELECT recent.payload FROM (
+        SELECT e.seq, e.payload FROM adk_events e
+        WHERE e.app_name = 'app' AND e.user_id = 'user' AND e.session_id = 'warm' AND e.session_day = p_day
+        ORDER BY e.seq DESC
+        LIMIT 20
+    ) recent ORDER BY recent.seq;
+END
+$f$";
+const CONTROL_SQL: &str = "SELECT * FROM control_recent_events($1::text::date)";
 /// As the store appends: a new event id each time.
 const APPEND_SQL: &str = "SELECT outcome FROM adk_append_event(NULL, 'app', 'user', 'warm', $1, NULL, 'agent', 1,
      jsonb_build_object('id', $1::text), '{}', '{}', '{}', NULL, NULL)";
@@ -53,51 +65,39 @@ struct Scans {
 #[derive(Debug)]
 struct Outcome {
     partition: String,
-    load_events: Scans,
+    control: Scans,
+    get_session: Scans,
     append_event: Scans,
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
-    let (migrated, control) = tokio::join!(test_database(), test_database());
-    let (fixed, unfixed) = tokio::join!(warm_then_fill(&migrated, true), warm_then_fill(&control, false));
-    eprintln!("as migrated: {fixed:?}\ncontrol, plan_cache_mode reset: {unfixed:?}");
+    let db = test_database().await;
+    let outcome = warm_then_fill(&db).await;
+    eprintln!("{outcome:?}");
 
     // The control reproduces the failure: a cached generic plan scans the
     // whole partition on every call.
     assert!(
-        unfixed.load_events.seq >= MEASURED_CALLS as i64,
-        "control: adk_load_events without force_custom_plan did not scan {} sequentially, so this test \
-         cannot tell the fix from its absence: {unfixed:?}",
-        unfixed.partition
-    );
-    assert!(
-        unfixed.append_event.seq >= MEASURED_CALLS as i64,
-        "control: adk_append_event without force_custom_plan did not scan {} sequentially, so this test \
-         cannot tell the fix from its absence: {unfixed:?}",
-        unfixed.partition
+        outcome.control.seq >= MEASURED_CALLS as i64,
+        "control: a static PL/pgSQL read did not scan {} sequentially, so this test cannot tell the fix \
+         from its absence: {outcome:?}",
+        outcome.partition
     );
 
-    // The migrated functions reach the filled partition by index only.
-    assert_eq!(fixed.load_events.seq, 0, "adk_load_events scanned {} sequentially: {fixed:?}", fixed.partition);
-    assert!(fixed.load_events.idx >= MEASURED_CALLS as i64, "adk_load_events used no index: {fixed:?}");
-    assert_eq!(fixed.append_event.seq, 0, "adk_append_event scanned {} sequentially: {fixed:?}", fixed.partition);
-    assert!(fixed.append_event.idx >= MEASURED_CALLS as i64, "adk_append_event used no index: {fixed:?}");
+    // The store's functions reach the filled partition by index only.
+    let Outcome { partition, get_session, append_event, .. } = &outcome;
+    assert_eq!(get_session.seq, 0, "adk_get_session scanned {partition} sequentially: {outcome:?}");
+    assert!(get_session.idx >= MEASURED_CALLS as i64, "adk_get_session used no index: {outcome:?}");
+    assert_eq!(append_event.seq, 0, "adk_append_event scanned {partition} sequentially: {outcome:?}");
 }
 
 /// Warms one connection on a small partition, fills the partition from
 /// another connection, then counts the scans of the warm connection's next
-/// calls. `fixed: false` first resets `plan_cache_mode` on the two functions.
-async fn warm_then_fill(db: &TestDatabase, fixed: bool) -> Outcome {
+/// calls of the control and of the store's functions.
+async fn warm_then_fill(db: &TestDatabase) -> Outcome {
     let owner = client(db.url()).await;
-    if !fixed {
-        owner
-            .batch_execute(&format!(
-                "ALTER FUNCTION {LOAD_EVENTS} RESET plan_cache_mode; ALTER FUNCTION {APPEND_EVENT} RESET plan_cache_mode"
-            ))
-            .await
-            .expect("reset plan_cache_mode");
-    }
+    owner.batch_execute(CONTROL_FUNCTION).await.expect("create the control");
     owner
         .batch_execute("SELECT * FROM adk_create_session(NULL, 'app', 'user', 'warm', '{}', NULL, '{}', '{}')")
         .await
@@ -129,7 +129,9 @@ async fn warm_then_fill(db: &TestDatabase, fixed: bool) -> Outcome {
     // One connection, warmed while the partition is small.
     let warm = client(db.url()).await;
     for n in 0..WARM_CALLS {
-        let rows = warm.query(LOAD_SQL, &[&day]).await.expect("warm read");
+        let rows = warm.query(GET_SQL, &[]).await.expect("warm read");
+        assert!(!rows.is_empty());
+        let rows = warm.query(CONTROL_SQL, &[&day]).await.expect("warm control read");
         assert!(!rows.is_empty());
         let row = warm.query_one(APPEND_SQL, &[&format!("warm-{n}")]).await.expect("warm append");
         assert_eq!(row.get::<_, String>(0), "stored");
@@ -156,9 +158,15 @@ async fn warm_then_fill(db: &TestDatabase, fixed: bool) -> Outcome {
         .expect("fill the partition");
     assert_eq!(filled, (FILL_SESSIONS * FILL_EVENTS) as u64);
 
-    let load_events = scans_during(&warm, &owner, &partition, async {
+    let control = scans_during(&warm, &owner, &partition, async {
         for _ in 0..MEASURED_CALLS {
-            warm.query(LOAD_SQL, &[&day]).await.expect("read after the fill");
+            warm.query(CONTROL_SQL, &[&day]).await.expect("control read after the fill");
+        }
+    })
+    .await;
+    let get_session = scans_during(&warm, &owner, &partition, async {
+        for _ in 0..MEASURED_CALLS {
+            warm.query(GET_SQL, &[]).await.expect("read after the fill");
         }
     })
     .await;
@@ -169,7 +177,7 @@ async fn warm_then_fill(db: &TestDatabase, fixed: bool) -> Outcome {
         }
     })
     .await;
-    Outcome { partition, load_events, append_event }
+    Outcome { partition, control, get_session, append_event }
 }
 
 /// The scans of `partition` that `calls` on `warm` made, read from the

@@ -6,16 +6,11 @@ use std::time::Duration;
 use adk_postgres_domain::{StoreError, StorePolicy};
 use adk_postgres_storage::{PolicyAmendment, amend_policy, policy_changes, read_policy, set_policy};
 use adk_postgres_testing::test_database;
-use adk_postgres_tests::pg::client;
+use adk_postgres_tests::pg::{client, diesel};
 use chrono::{DateTime, Utc};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);
-
-async fn connect(url: &str) -> AsyncPgConnection {
-    AsyncPgConnection::establish(url).await.expect("connect")
-}
 
 async fn server_now(sql: &tokio_postgres::Client) -> DateTime<Utc> {
     sql.query_one("SELECT now()", &[]).await.expect("now").get(0)
@@ -28,7 +23,7 @@ async fn changes_recorded(sql: &tokio_postgres::Client) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fresh_store_has_the_default_policy() {
     let db = test_database().await;
-    let mut conn = connect(db.url()).await;
+    let mut conn = diesel(db.url()).await;
     assert_eq!(read_policy(&mut conn).await.expect("read"), StorePolicy::default());
     assert!(policy_changes(&mut conn, 10).await.expect("history").is_empty());
 }
@@ -37,7 +32,7 @@ async fn a_fresh_store_has_the_default_policy() {
 async fn tightening_and_loosening_are_stored_and_recorded_with_time_and_role() {
     let db = test_database().await;
     let sql = client(db.url()).await;
-    let mut conn = connect(db.url()).await;
+    let mut conn = diesel(db.url()).await;
     let role: String = sql.query_one("SELECT current_user::text", &[]).await.expect("role").get(0);
 
     let before = server_now(&sql).await;
@@ -94,7 +89,7 @@ async fn tightening_and_loosening_are_stored_and_recorded_with_time_and_role() {
 async fn an_invalid_policy_is_refused_naming_the_field_and_nothing_is_written() {
     let db = test_database().await;
     let sql = client(db.url()).await;
-    let mut conn = connect(db.url()).await;
+    let mut conn = diesel(db.url()).await;
     let base = StorePolicy::default();
     let invalid = [
         (StorePolicy { retention: DAY, ..base.clone() }, "retention"),
@@ -133,7 +128,7 @@ async fn an_invalid_policy_is_refused_naming_the_field_and_nothing_is_written() 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_amendment_keeps_the_fields_it_does_not_name() {
     let db = test_database().await;
-    let mut conn = connect(db.url()).await;
+    let mut conn = diesel(db.url()).await;
     let ttl = amend_policy(&mut conn, &PolicyAmendment { default_ttl: Some(Some(HOUR * 2)), ..Default::default() })
         .await
         .expect("set a default TTL");
@@ -154,7 +149,7 @@ async fn an_amendment_keeps_the_fields_it_does_not_name() {
 async fn a_hand_written_update_is_recorded_and_read_in_exact_seconds() {
     let db = test_database().await;
     let sql = client(db.url()).await;
-    let mut conn = connect(db.url()).await;
+    let mut conn = diesel(db.url()).await;
     // A month counts as 30 days and a day as 24 hours, whatever the TimeZone.
     sql.batch_execute(
         "SET TimeZone = 'America/New_York';

@@ -56,7 +56,7 @@ async fn get_reads_one_partition_of_forty() {
         .expect("day")
         .get(0);
 
-    // The store reads events through adk_load_events; auto_explain shows the
+    // The store reads events through adk_get_session; auto_explain shows the
     // plan of the statement inside it, as executed, under both plan modes.
     let (explaining, plans) = client_with_notices(db.url()).await;
     explaining
@@ -72,8 +72,8 @@ async fn get_reads_one_partition_of_forty() {
         drain(&plans);
         let rows = explaining
             .query(
-                "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, $2::text::date, 3, NULL, NULL)",
-                &[&key.session_id.as_str(), &day],
+                "SELECT payload FROM adk_get_session(NULL, 'app', 'user', $1, NULL, NULL) WHERE payload IS NOT NULL",
+                &[&key.session_id.as_str()],
             )
             .await
             .expect("read events");
@@ -88,8 +88,8 @@ async fn get_reads_one_partition_of_forty() {
     explaining.batch_execute("BEGIN").await.expect("begin");
     explaining
         .query(
-            "SELECT payload FROM adk_load_events(NULL, 'app', 'user', $1, $2::text::date, 3, NULL, NULL)",
-            &[&key.session_id.as_str(), &day],
+            "SELECT payload FROM adk_get_session(NULL, 'app', 'user', $1, NULL, NULL) WHERE payload IS NOT NULL",
+            &[&key.session_id.as_str()],
         )
         .await
         .expect("read events");

@@ -4,8 +4,7 @@
 use adk_postgres_schema::migrations::{revert_all_migrations, run_pending_migrations};
 use adk_postgres_schema::tables_print::render_schema;
 use adk_postgres_testing::{empty_database, test_database};
-use adk_postgres_tests::pg::{client, server_binary};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use adk_postgres_tests::pg::{client, diesel, server_binary};
 use futures_util::future::join_all;
 
 async fn constraint_columns(client: &tokio_postgres::Client, name: &str) -> Vec<String> {
@@ -226,7 +225,7 @@ async fn concurrent_partition_creation_is_harmless() {
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_rs_matches_database() {
     let db = test_database().await;
-    let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
+    let mut conn = diesel(db.url()).await;
     let rendered = render_schema(&mut conn).await.expect("render schema");
     let checked_in = include_str!("../../crates/schema/src/tables.rs");
     assert!(

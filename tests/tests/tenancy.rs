@@ -10,7 +10,8 @@ use adk_postgres_domain::{
     AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionKey, SessionStore, StoreConfig,
     StoreError, UserId,
 };
-use adk_postgres_retention::{AppBinding, STORE_FUNCTIONS, STORE_TABLES, ServiceRoleOptions, setup_service_role};
+use adk_postgres_schema::names::STORE_TABLES;
+use adk_postgres_storage::tenancy::{AppBinding, STORE_FUNCTIONS, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::pg::{self, client, store, with_delta};

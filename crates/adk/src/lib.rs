@@ -29,11 +29,13 @@
 //! production (feature `postgres`, on by default), the in-memory reference
 //! store in unit tests.
 //!
-//! [`ScriptedLlm`] is a deterministic offline model for tests and demos that
-//! drive a real `Runner`; it is small and depends on adk-core only.
+//! With the `scripted` feature, `ScriptedLlm` is a deterministic offline
+//! model for tests and demos that drive a real `Runner`; it is small,
+//! depends on adk-core only, and stays out of a production build.
 
 mod error;
 mod event;
+#[cfg(feature = "scripted")]
 mod scripted;
 mod service;
 mod session;
@@ -41,6 +43,7 @@ mod state;
 
 pub use error::{codes, to_adk_error};
 pub use event::{from_store_event, to_store_event};
+#[cfg(feature = "scripted")]
 pub use scripted::{ScriptedLlm, ScriptedTurn};
 pub use service::PgSessionService;
 

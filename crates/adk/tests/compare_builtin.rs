@@ -136,9 +136,8 @@ async fn compare_with_adk_session_backends() {
 }
 
 async fn server_version(url: &str) -> String {
-    match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(connection);
+    match adk_postgres_testing::connect(url).await {
+        Ok(client) => {
             let row = client.query_one("SHOW server_version", &[]).await;
             row.map(|r| r.get::<_, String>(0)).unwrap_or_else(|_| "?".into())
         }

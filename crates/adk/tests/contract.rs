@@ -14,29 +14,41 @@
 #[macro_use]
 mod suite;
 
-use std::any::Any;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_adk::domain::InMemoryStore;
 use adk_postgres_adk::storage::{PgSessionStore, PoolConfig, TenantScope};
-use adk_postgres_retention::{AppBinding, ServiceRoleOptions, setup_service_role};
-use adk_postgres_testing::test_database;
+use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
+use adk_postgres_testing::{TestDatabase, test_database};
 use adk_session::InMemorySessionService;
 use suite::Service;
 
-/// Keeps a test's database alive until the test ends.
-type Guard = Box<dyn Any + Send>;
+/// What a case runs against: a service, and the database under it, which
+/// must outlive the case.
+struct Backend {
+    service: Service,
+    _db: Option<TestDatabase>,
+}
 
-async fn ours_on_postgres() -> (Guard, Service) {
+impl Deref for Backend {
+    type Target = Service;
+
+    fn deref(&self) -> &Service {
+        &self.service
+    }
+}
+
+async fn ours_on_postgres() -> Backend {
     let db = test_database().await;
     let store = PgSessionStore::connect(db.url(), &PoolConfig::default(), Default::default())
         .await
         .unwrap_or_else(|e| panic!("connecting to {}: {e}", db.url()));
-    (Box::new(db), Arc::new(PgSessionService::from_store(store)))
+    Backend { service: Arc::new(PgSessionService::from_store(store)), _db: Some(db) }
 }
 
-async fn ours_as_service_role() -> (Guard, Service) {
+async fn ours_as_service_role() -> Backend {
     let db = test_database().await;
     let role = format!("adk_adapter_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let options = ServiceRoleOptions { create: true, password: None, apps: AppBinding::AllApps };
@@ -47,35 +59,22 @@ async fn ours_as_service_role() -> (Guard, Service) {
         .await
         .unwrap_or_else(|e| panic!("connecting as {role}: {e}"))
         .with_tenant_scope(TenantScope::PerRequest);
-    (Box::new(db), Arc::new(PgSessionService::from_store(store)))
+    Backend { service: Arc::new(PgSessionService::from_store(store)), _db: Some(db) }
 }
 
-async fn ours_in_memory() -> (Guard, Service) {
-    (Box::new(()), Arc::new(PgSessionService::from_store(InMemoryStore::new())))
+async fn ours_in_memory() -> Backend {
+    Backend { service: Arc::new(PgSessionService::from_store(InMemoryStore::new())), _db: None }
 }
 
-async fn adk_in_memory() -> (Guard, Service) {
-    (Box::new(()), Arc::new(InMemorySessionService::new()))
-}
-
-/// One `#[tokio::test]` per named case, each on a fresh service from `$factory`.
-macro_rules! cases {
-    ($factory:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                let (_guard, service) = $factory().await;
-                super::suite::$case(service).await;
-            }
-        )*
-    };
+async fn adk_in_memory() -> Backend {
+    Backend { service: Arc::new(InMemorySessionService::new()), _db: None }
 }
 
 /// Every case, core and strict: for our adapter.
 macro_rules! all_cases {
-    ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
+    ($module:ident, $backend:expr; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
         mod $module {
-            cases!($factory; $($core,)* $($strict,)*);
+            adk_postgres_testing::contract_tests!(crate::suite => $backend; $($core,)* $($strict,)*);
         }
     };
 }
@@ -83,14 +82,14 @@ macro_rules! all_cases {
 /// The core cases only: for adk-session's own services, which the strict
 /// cases are known to fail.
 macro_rules! core_cases {
-    ($module:ident, $factory:path; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
+    ($module:ident, $backend:expr; core: [$($core:ident),* $(,)?] strict: [$($strict:ident),* $(,)?]) => {
         mod $module {
-            cases!($factory; $($core,)*);
+            adk_postgres_testing::contract_tests!(crate::suite => $backend; $($core,)*);
         }
     };
 }
 
-with_cases!(all_cases! { ours_postgres, super::ours_on_postgres; });
-with_cases!(all_cases! { ours_service_role, super::ours_as_service_role; });
-with_cases!(all_cases! { ours_memory, super::ours_in_memory; });
-with_cases!(core_cases! { adk_in_memory, super::adk_in_memory; });
+with_cases!(all_cases! { ours_postgres, super::ours_on_postgres().await; });
+with_cases!(all_cases! { ours_service_role, super::ours_as_service_role().await; });
+with_cases!(all_cases! { ours_memory, super::ours_in_memory().await; });
+with_cases!(core_cases! { adk_in_memory, super::adk_in_memory().await; });

@@ -27,8 +27,8 @@ const APPEND_SQL: &str = "SELECT outcome, seq, session_day, updated_at, payload,
      FROM adk_append_event(NULL, :app, :s, :s, :e, :inv, :author, :ts, :payload, :sdelta, :empty, :empty, NULL, NULL);";
 const APPEND_USER_SQL: &str = "SELECT outcome, seq, session_day, updated_at, payload, successor_id \
      FROM adk_append_event(NULL, :app, :s, :s, :e, :inv, :author, :ts, :payload_u, :sdelta_u, :udelta, :empty, NULL, NULL);";
-const LOAD_SESSION_SQL: &str = "SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, \
-     successor_id, user_state, app_state FROM adk_load_session(NULL, :app, :u, :sid);";
+const GET_SQL: &str = "SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, \
+     successor_id, user_state, app_state, payload FROM adk_get_session(NULL, :app, :u, :sid, NULL, LIMIT);";
 const LIST_SQL: &str = "SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state \
      FROM adk_list_sessions(NULL, :app, :u, NULL, NULL, :lim);";
 
@@ -309,7 +309,8 @@ pub struct SessionCoordinates {
     pub last_seq: i64,
 }
 
-/// `get`: the session row, then its events (all, or the last `recent`).
+/// `get`: the session row, then its events (all, or the last `recent`):
+/// two plain reads on the floor, one call of ours.
 pub fn get_run(flavor: Flavor, name: &str, transactions: usize, at: &SessionCoordinates, recent: Option<usize>) -> Run {
     let limit = if recent.is_some() { ":lim" } else { "NULL" };
     let script = match flavor {
@@ -317,9 +318,7 @@ pub fn get_run(flavor: Flavor, name: &str, transactions: usize, at: &SessionCoor
             let events = if recent.is_some() { LEAN_RECENT_EVENTS_SQL } else { LEAN_EVENTS_SQL };
             format!("{LEAN_LOAD_SESSION_SQL}\n{events}\n")
         }
-        Flavor::Functions => format!(
-            "{LOAD_SESSION_SQL}\nSELECT payload FROM adk_load_events(NULL, :app, :u, :sid, :day, :maxseq, NULL, {limit});\n"
-        ),
+        Flavor::Functions => format!("{}\n", GET_SQL.replace("LIMIT", limit)),
     };
     let mut defines = common();
     defines.extend([

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use adk_postgres_retention::{AppBinding, MaintenanceConfig, ServiceRoleOptions, run_maintenance, setup_service_role};
+use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
+use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
 use anyhow::{Context as _, anyhow};
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Client;

@@ -6,17 +6,19 @@
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert on.
 
 mod args;
+mod render;
 
 use std::process::ExitCode;
 
-use adk_pg::render;
 use adk_postgres_retention::sql::connect;
 use adk_postgres_retention::{
-    AppBinding, ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, ServiceRoleOptions,
-    conversion_plan, convert_events, create_partitioned_index, expire_sessions, health, run_maintenance,
-    setup_service_role, show_service_role, store_policy,
+    ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, conversion_plan, convert_events,
+    create_partitioned_index, expire_sessions, health, run_maintenance, store_policy,
 };
-use adk_postgres_storage::{PolicyAmendment, amend_policy, policy_changes};
+use adk_postgres_storage::{
+    AppBinding, PolicyAmendment, ServiceRoleOptions, amend_policy, policy_changes, setup_service_role,
+    show_service_role,
+};
 use anyhow::{Context, Result};
 use args::{Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs};
 use chrono::{NaiveDate, Utc};
@@ -90,10 +92,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!(
-                    "expired {} session(s) and {} event(s) in {} batch(es)",
-                    report.sessions_deleted, report.events_deleted, report.batches
-                );
+                println!("{report}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -130,17 +129,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             .await;
             bar.finish_and_clear();
             let report = report.context("convert adk_events")?;
-            if report.already_converted {
-                println!("adk_events is already partitioned; nothing to do");
-            } else {
-                println!(
-                    "converted adk_events: {} step(s) run, legacy partition up to {}, swap held its locks for {} ms",
-                    report.steps.len(),
-                    report.cutover,
-                    report.swap_lock_ms.unwrap_or_default()
-                );
-                println!("run `adk-pg maintain` now to premake the coming days");
-            }
+            println!("{report}");
             Ok(ExitCode::SUCCESS)
         }
         Command::CreateIndex { name, columns, lock_timeout } => {
@@ -162,13 +151,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             .await;
             bar.finish_and_clear();
             let report = report.context("create the index")?;
-            println!(
-                "index {} on {} partition(s): {} built, {} already there",
-                report.index,
-                report.partitions,
-                report.built.len(),
-                report.skipped.len() + report.attached_existing.len()
-            );
+            println!("{report}");
             Ok(ExitCode::SUCCESS)
         }
         Command::ServiceRole { role, create, password_env, apps, all_apps, show, json } => {
@@ -195,26 +178,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 .context("set up the service role")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
-                return Ok(ExitCode::SUCCESS);
+            } else {
+                println!("{report}");
             }
-            if report.created {
-                println!("created role {}", report.role);
-            }
-            if report.password_set {
-                println!("set its password (only the SCRAM-SHA-256 verifier was sent)");
-            }
-            println!("{} may execute {}; it holds no table privilege", report.role, report.granted.join(", "));
-            for app in &report.bound {
-                println!("bound to {}", app.as_deref().unwrap_or("every app"));
-            }
-            for app in &report.unbound {
-                println!("unbound from {}", app.as_deref().unwrap_or("every app"));
-            }
-            println!("{} acts for: {}", report.role, report.bindings);
-            if report.bindings.is_empty() {
-                println!("WARNING: {} is bound to no app and can act for none; add --app APP", report.role);
-            }
-            println!("connect the service as {} with a tenant scope (see README, Security)", report.role);
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json, min_partitions_ahead, max_run_age, today: day } => {
@@ -223,7 +189,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{}", render::health_table(&report));
+                println!("{report}");
                 for alert in &report.alerts {
                     println!("ALERT: {alert}");
                 }
@@ -245,7 +211,7 @@ async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
         bar.finish_and_clear();
         match outcome {
             Ok(report) if args.json => println!("{}", serde_json::to_string(&report)?),
-            Ok(report) => println!("{}", render::maintenance_summary(&report)),
+            Ok(report) => println!("{report}"),
             // One failed run must not stop a long-running maintainer: the
             // next tick retries, and `status` alerts if runs keep failing.
             Err(e) if args.every.is_some() => eprintln!("error: maintenance failed: {e}"),

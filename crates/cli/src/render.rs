@@ -1,12 +1,13 @@
-//! Human-readable output: what `adk-pg status`, `adk-pg maintain` and
-//! `adk-pg policy` print.
+//! The tables the CLI draws itself: the store's policy, its history and a
+//! service role's bindings. Reports of retention work render themselves
+//! (`Display`, next to their definitions); these stay here because the
+//! store, which defines them, has no business depending on a table crate.
 
 use std::time::Duration;
 
 use adk_postgres_domain::StorePolicy;
-use adk_postgres_retention::{HealthReport, MaintenanceReport, PolicySummary, ServiceRoleView};
-use adk_postgres_storage::PolicyChange;
 use adk_postgres_storage::policy::printed_interval;
+use adk_postgres_storage::{PolicyChange, ServiceRoleView};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::{Value, json};
 
@@ -88,144 +89,6 @@ pub fn policy_history_table(changes: &[PolicyChange]) -> String {
         ]);
     }
     table.to_string()
-}
-
-fn policy_line(policy: &PolicySummary) -> String {
-    format!(
-        "lifetime {}, retention {}, default TTL {}, premake {} day(s)",
-        duration(Duration::from_secs(policy.max_session_lifetime_secs)),
-        duration(Duration::from_secs(policy.retention_secs)),
-        ttl(policy.default_ttl_secs.map(Duration::from_secs)),
-        policy.premake_days
-    )
-}
-
-fn bytes(value: Option<i64>) -> String {
-    value.map(|v| format!("{v} B")).unwrap_or_else(|| "-".into())
-}
-
-/// The `adk-pg status` table: one row per check.
-pub fn health_table(report: &HealthReport) -> String {
-    let mut table = Table::new();
-    table.load_style(UTF8_FULL_CONDENSED).set_header(["check", "value"]);
-    let last_run = report
-        .last_run
-        .as_ref()
-        .map(|r| {
-            format!(
-                "{} (for {}, {} created, {} dropped)",
-                r.finished_at.format("%Y-%m-%d %H:%M:%S UTC"),
-                r.today,
-                r.created,
-                r.dropped
-            )
-        })
-        .unwrap_or_else(|| "never".into());
-    let rows: Vec<(&str, String)> = vec![
-        ("today (UTC)", report.today.to_string()),
-        ("partitions", report.partitions.to_string()),
-        ("partitions ahead", report.partitions_ahead.to_string()),
-        ("oldest partition", report.oldest_partition.clone().unwrap_or_else(|| "-".into())),
-        ("newest partition", report.newest_partition.clone().unwrap_or_else(|| "-".into())),
-        (
-            "pending detaches",
-            if report.pending_detaches.is_empty() { "none".into() } else { report.pending_detaches.join(", ") },
-        ),
-        (
-            "orphaned partitions",
-            if report.orphaned_partitions.is_empty() { "none".into() } else { report.orphaned_partitions.join(", ") },
-        ),
-        ("last maintenance run", last_run),
-        (
-            "last run failed",
-            report
-                .last_failure
-                .as_ref()
-                .map(|f| format!("{} (for {}): {}", f.finished_at.format("%Y-%m-%d %H:%M:%S UTC"), f.today, f.error))
-                .unwrap_or_else(|| "no".into()),
-        ),
-        ("policy", policy_line(&report.policy)),
-        ("retiring days before", report.retire_before.to_string()),
-        (
-            "kept past retention",
-            if report.overdue_partitions.is_empty() {
-                "none".into()
-            } else {
-                report
-                    .overdue_partitions
-                    .iter()
-                    .map(|p| format!("{} ({} live session(s))", p.partition, p.open_sessions))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
-        (
-            "HOT updates (adk_sessions)",
-            match report.hot_ratio {
-                Some(ratio) => format!("{:.1}% of {}", ratio * 100.0, report.session_updates),
-                None => "no updates yet".into(),
-            },
-        ),
-        ("sessions", report.state_sizes.sessions.to_string()),
-        (
-            "state size p50 / p90 / p99 / max",
-            format!(
-                "{} / {} / {} / {}",
-                bytes(report.state_sizes.p50),
-                bytes(report.state_sizes.p90),
-                bytes(report.state_sizes.p99),
-                bytes(report.state_sizes.max)
-            ),
-        ),
-        ("status", if report.is_healthy() { "OK".into() } else { format!("{} alert(s)", report.alerts.len()) }),
-    ];
-    for (check, value) in rows {
-        table.add_row([check.to_owned(), value]);
-    }
-    table.to_string()
-}
-
-/// What `adk-pg maintain` prints after a run.
-pub fn maintenance_summary(report: &MaintenanceReport) -> String {
-    if report.skipped {
-        return "another maintenance run held the lock for too long; skipped".into();
-    }
-    let days = |d: &[chrono::NaiveDate]| d.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-    let mut lines = vec![format!(
-        "maintenance for {}: {} partition(s) created, {} dropped, {} session(s) deleted, {} day(s) ahead",
-        report.today.map(|d| d.to_string()).unwrap_or_default(),
-        report.created.len(),
-        report.dropped.len(),
-        report.sessions_deleted,
-        report.partitions_ahead
-    )];
-    if let (Some(policy), Some(before)) = (&report.policy, report.retire_before) {
-        lines.push(format!("  policy: {}; retiring days before {before}", policy_line(policy)));
-    }
-    if !report.created.is_empty() {
-        lines.push(format!("  created: {}", days(&report.created)));
-    }
-    if !report.dropped.is_empty() {
-        lines.push(format!("  dropped: {}", report.dropped.join(", ")));
-    }
-    if !report.finalized.is_empty() {
-        lines.push(format!("  finished interrupted detaches: {}", report.finalized.join(", ")));
-    }
-    if !report.reattached.is_empty() {
-        lines.push(format!("  re-attached: {}", report.reattached.join(", ")));
-    }
-    for kept in &report.kept {
-        lines.push(format!(
-            "  KEPT {} past retention{}: {}",
-            kept.day,
-            kept.partition.as_ref().map(|p| format!(" ({p})")).unwrap_or_default(),
-            kept.reason
-        ));
-    }
-    if report.waited_for_other_run {
-        lines.push("  (waited for another run to finish first)".into());
-    }
-    lines.join("\n")
 }
 
 /// `adk-pg service-role NAME --show`: what the role acts for, any table

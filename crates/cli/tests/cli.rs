@@ -2,7 +2,7 @@
 
 use std::process::Output;
 
-use adk_postgres_testing::test_database;
+use adk_postgres_testing::{connect, test_database};
 use chrono::{Days, Utc};
 
 fn adk_pg(url: &str, args: &[&str]) -> Output {
@@ -15,12 +15,6 @@ fn adk_pg(url: &str, args: &[&str]) -> Output {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-async fn raw(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
-    tokio::spawn(connection);
-    client
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -50,7 +44,7 @@ async fn status_is_zero_when_healthy_and_two_when_partitions_run_short() {
     assert_eq!(report["policy"]["retention_secs"], 30 * 86_400);
     assert_eq!(report["overdue_partitions"], serde_json::json!([]));
 
-    let sql = raw(db.url()).await;
+    let sql = connect(db.url()).await.expect("connect");
     let today = Utc::now().date_naive();
     for ahead in 3..=7 {
         let day = today.checked_add_days(Days::new(ahead)).expect("day");
@@ -68,7 +62,7 @@ async fn status_is_zero_when_healthy_and_two_when_partitions_run_short() {
 #[tokio::test(flavor = "multi_thread")]
 async fn expire_reports_what_it_deleted() {
     let db = test_database().await;
-    let sql = raw(db.url()).await;
+    let sql = connect(db.url()).await.expect("connect");
     sql.batch_execute(
         "INSERT INTO adk_sessions (app_name, user_id, session_id, expires_at)
          SELECT 'app', 'user', 's' || n, now() - interval '1 hour' FROM generate_series(1, 7) n",
@@ -102,7 +96,7 @@ fn a_missing_database_url_is_named() {
 #[tokio::test(flavor = "multi_thread")]
 async fn convert_events_dry_run_prints_sql_then_converts() {
     let db = adk_postgres_testing::empty_database().await;
-    let sql = raw(db.url()).await;
+    let sql = connect(db.url()).await.expect("connect");
     sql.batch_execute(include_str!("../../../tests/fixtures/legacy_layout.sql")).await.expect("legacy layout");
     sql.batch_execute(
         "INSERT INTO adk_sessions (app_name, user_id, session_id) VALUES ('app', 'user', 's');
@@ -226,7 +220,7 @@ async fn recording_proxy(upstream: std::net::SocketAddr) -> (u16, std::sync::Arc
 #[tokio::test(flavor = "multi_thread")]
 async fn service_role_passwords_travel_only_as_a_scram_verifier() {
     let db = test_database().await;
-    let sql = raw(db.url()).await;
+    let sql = connect(db.url()).await.expect("connect");
     sql.batch_execute(&format!("ALTER DATABASE \"{}\" SET standard_conforming_strings = off", db.name()))
         .await
         .expect("old-style strings for every new session");
@@ -277,7 +271,7 @@ async fn policy_changes(sql: &tokio_postgres::Client) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn policy_show_set_and_history() {
     let db = test_database().await;
-    let sql = raw(db.url()).await;
+    let sql = connect(db.url()).await.expect("connect");
 
     let show = adk_pg(db.url(), &["policy", "show"]);
     assert!(show.status.success(), "{show:?}");

@@ -101,7 +101,7 @@ impl DemoReport {
             format!("{} migration(s) applied", self.migrations_applied.len())
         };
         writeln!(out, "schema         {migrations}")?;
-        for (i, line) in adk_pg::render::maintenance_summary(&self.maintenance).lines().enumerate() {
+        for (i, line) in self.maintenance.to_string().lines().enumerate() {
             writeln!(out, "{}{line}", if i == 0 { "maintenance    " } else { "             " })?;
         }
         writeln!(
@@ -181,7 +181,7 @@ impl DemoReport {
         }
         writeln!(out)?;
         writeln!(out, "adk-pg status")?;
-        writeln!(out, "{}", adk_pg::render::health_table(&self.health))?;
+        writeln!(out, "{}", self.health)?;
         Ok(())
     }
 }

@@ -1,9 +1,10 @@
-//! Errors of the operations room.
+//! Why retention work failed, typed so a caller can tell a lock wait it
+//! gave up on from refused input, a conflict or an unmigrated database.
 
 /// Why a maintenance, expiry, conversion, index or health operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum OpsError {
+pub enum RetentionError {
     #[error("could not connect: {0}")]
     Connect(#[from] diesel::ConnectionError),
     #[error("{context}: {source}")]
@@ -28,7 +29,7 @@ pub enum OpsError {
     Store(#[from] adk_postgres_domain::StoreError),
 }
 
-impl OpsError {
+impl RetentionError {
     pub(crate) fn query(context: impl Into<String>) -> impl FnOnce(diesel::result::Error) -> Self {
         let context = context.into();
         move |source| Self::Query { context, source }

@@ -10,7 +10,7 @@ use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 use diesel_async::RunQueryDsl;
 use serde::Serialize;
 
-use crate::error::OpsError;
+use crate::error::RetentionError;
 use crate::sql::{LockPolicy, connect, first_row};
 
 /// What an expiry run deleted.
@@ -21,6 +21,17 @@ pub struct ExpiryReport {
     pub events_deleted: u64,
     /// Statements that deleted at least one session.
     pub batches: u32,
+}
+
+impl std::fmt::Display for ExpiryReport {
+    /// What `adk-pg expire` prints after a run.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "expired {} session(s) and {} event(s) in {} batch(es)",
+            self.sessions_deleted, self.events_deleted, self.batches
+        )
+    }
 }
 
 #[derive(QueryableByName)]
@@ -47,9 +58,9 @@ pub async fn expire_sessions(
     database_url: &str,
     batch_size: i64,
     as_of: Option<DateTime<Utc>>,
-) -> Result<ExpiryReport, OpsError> {
+) -> Result<ExpiryReport, RetentionError> {
     if batch_size < 1 {
-        return Err(OpsError::InvalidInput { field: "batch_size", reason: "must be at least 1".into() });
+        return Err(RetentionError::InvalidInput { field: "batch_size", reason: "must be at least 1".into() });
     }
     let mut conn = connect(database_url, "adk-pg expire", &LockPolicy::default()).await?;
     let mut report = ExpiryReport::default();
@@ -60,7 +71,7 @@ pub async fn expire_sessions(
             .load::<BatchRow>(&mut conn)
             .await
             .and_then(first_row)
-            .map_err(OpsError::query("delete expired sessions"))?;
+            .map_err(RetentionError::query("delete expired sessions"))?;
         if batch.sessions == 0 {
             return Ok(report);
         }

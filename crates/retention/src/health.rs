@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::OpsError;
+use crate::error::RetentionError;
 use crate::partitions::{days_ahead, list_orphans, list_partitions};
 use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy};
 use crate::sql::{LockPolicy, connect, events_schema, first_row};
@@ -109,6 +109,69 @@ impl HealthReport {
     }
 }
 
+impl std::fmt::Display for HealthReport {
+    /// The `adk-pg status` table, one row per check. The alerts are not in
+    /// it: the CLI prints each on a line of its own, for grep and alert
+    /// rules.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+        let bytes = |value: Option<i64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v} B"));
+        let last_run = self.last_run.as_ref().map_or_else(
+            || "never".to_owned(),
+            |r| {
+                format!(
+                    "{} (for {}, {} created, {} dropped)",
+                    r.finished_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    r.today,
+                    r.created,
+                    r.dropped
+                )
+            },
+        );
+        let last_failure = self.last_failure.as_ref().map_or_else(
+            || "no".to_owned(),
+            |r| format!("{} (for {}): {}", r.finished_at.format("%Y-%m-%d %H:%M:%S UTC"), r.today, r.error),
+        );
+        let kept: Vec<String> = self
+            .overdue_partitions
+            .iter()
+            .map(|p| format!("{} ({} live session(s))", p.partition, p.open_sessions))
+            .collect();
+        let hot = match self.hot_ratio {
+            Some(ratio) => format!("{:.1}% of {}", ratio * 100.0, self.session_updates),
+            None => "no updates yet".to_owned(),
+        };
+        let sizes = &self.state_sizes;
+        let rows: [(&str, String); 16] = [
+            ("today (UTC)", self.today.to_string()),
+            ("partitions", self.partitions.to_string()),
+            ("partitions ahead", self.partitions_ahead.to_string()),
+            ("oldest partition", self.oldest_partition.clone().unwrap_or_else(|| "-".into())),
+            ("newest partition", self.newest_partition.clone().unwrap_or_else(|| "-".into())),
+            ("pending detaches", list(&self.pending_detaches)),
+            ("orphaned partitions", list(&self.orphaned_partitions)),
+            ("last maintenance run", last_run),
+            ("last run failed", last_failure),
+            ("policy", self.policy.to_string()),
+            ("retiring days before", self.retire_before.to_string()),
+            ("kept past retention", list(&kept)),
+            ("HOT updates (adk_sessions)", hot),
+            ("sessions", sizes.sessions.to_string()),
+            (
+                "state size p50 / p90 / p99 / max",
+                format!("{} / {} / {} / {}", bytes(sizes.p50), bytes(sizes.p90), bytes(sizes.p99), bytes(sizes.max)),
+            ),
+            ("status", if self.is_healthy() { "OK".into() } else { format!("{} alert(s)", self.alerts.len()) }),
+        ];
+        let mut table = comfy_table::Table::new();
+        table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED).set_header(["check", "value"]);
+        for (check, value) in rows {
+            table.add_row([check.to_owned(), value]);
+        }
+        write!(f, "{table}")
+    }
+}
+
 #[derive(QueryableByName)]
 struct RunRow {
     #[diesel(sql_type = Timestamptz)]
@@ -168,7 +231,7 @@ pub async fn health(
     database_url: &str,
     today: NaiveDate,
     thresholds: &HealthThresholds,
-) -> Result<HealthReport, OpsError> {
+) -> Result<HealthReport, RetentionError> {
     let mut conn = connect(database_url, "adk-pg status", &LockPolicy::default()).await?;
     health_on(&mut conn, today, thresholds).await
 }
@@ -177,7 +240,7 @@ pub async fn health_on(
     conn: &mut AsyncPgConnection,
     today: NaiveDate,
     thresholds: &HealthThresholds,
-) -> Result<HealthReport, OpsError> {
+) -> Result<HealthReport, RetentionError> {
     let schema = events_schema(conn).await?;
     let partitions = list_partitions(conn).await?;
     let orphaned_partitions = list_orphans(conn, &schema).await?;
@@ -188,7 +251,7 @@ pub async fn health_on(
     )
     .load::<RunRow>(conn)
     .await
-    .map_err(OpsError::query("read the last maintenance run"))?
+    .map_err(RetentionError::query("read the last maintenance run"))?
     .into_iter()
     .next()
     .map(|r| LastRun {
@@ -203,7 +266,7 @@ pub async fn health_on(
     )
     .load::<LatestRow>(conn)
     .await
-    .map_err(OpsError::query("read the latest maintenance run"))?
+    .map_err(RetentionError::query("read the latest maintenance run"))?
     .into_iter()
     .next();
     let last_failure = latest.as_ref().filter(|r| r.outcome != "ok").map(|r| FailedRun {
@@ -218,7 +281,7 @@ pub async fn health_on(
     .load::<UpdatesRow>(conn)
     .await
     .and_then(first_row)
-    .map_err(OpsError::query("read update statistics"))?;
+    .map_err(RetentionError::query("read update statistics"))?;
     // Bounded, so a status call stays cheap on a table of millions of sessions.
     let sizes = diesel::sql_query(
         "SELECT count(*) AS sessions,
@@ -231,12 +294,12 @@ pub async fn health_on(
     .load::<SizesRow>(conn)
     .await
     .and_then(first_row)
-    .map_err(OpsError::query("measure state sizes"))?;
+    .map_err(RetentionError::query("measure state sizes"))?;
     let now = diesel::sql_query("SELECT now() AS now")
         .load::<NowRow>(conn)
         .await
         .and_then(first_row)
-        .map_err(OpsError::query("read the clock"))?
+        .map_err(RetentionError::query("read the clock"))?
         .now;
 
     let judged = latest.as_ref().map_or(today, |run| run.today.min(today));

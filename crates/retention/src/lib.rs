@@ -1,39 +1,43 @@
-//! The operations room of adk-postgres: everything an operator runs
-//! unattended against a live database. Partition maintenance (premake ahead
-//! of the clock, drop days past lifetime plus retention as the store's
-//! policy in the database sets them, never a day a live session still
-//! holds, recover from interrupted runs), session expiry, health,
-//! conversion of a live unpartitioned event table, and concurrent index
-//! builds on the partitioned log.
+//! Retention and the other unattended work an operator runs against a live
+//! adk-postgres database: partition maintenance (premake days ahead of the
+//! clock, retire days past the session lifetime plus the retention the
+//! store's policy sets, never a day a live session still holds, recover
+//! from interrupted runs), session expiry, health, converting a live
+//! unpartitioned event table, and building indexes on the partitioned log.
 //!
-//! Every operation opens its own autocommit connection: some DDL refuses a
-//! transaction block, and none of it should hold a pooled connection that
-//! serves traffic. Every DDL statement runs under `lock_timeout` with retry,
-//! so live appends never queue behind it for long.
+//! What it must not depend on: the adk adapter, the `adk-pg` CLI, or the
+//! store's internals. It needs the database layout (`adk-postgres-schema`)
+//! and the store's published policy and error classifier, and nothing else
+//! of the runtime: it talks SQL on autocommit connections of its own,
+//! because some of its DDL refuses a transaction block and none of it may
+//! hold a pooled connection the service needs. Every DDL statement runs
+//! under `lock_timeout` with retry, so live appends never queue behind it
+//! for long. `docs/ARCHITECTURE.md` places it among the other crates.
+//!
+//! Reports implement `Display` as the CLI prints them, and `Serialize` for
+//! `--json`, so every tool that shows one shows the same text.
 
+mod catalog;
 pub mod convert;
 pub mod error;
 pub mod expiry;
 pub mod health;
 pub mod index;
+mod lock;
 pub mod maintenance;
 pub mod partitions;
 pub mod policy;
 pub mod sql;
-pub mod tenancy;
+mod watch;
 
 pub use convert::{
     ConvertOptions, ConvertPlan, ConvertProgress, ConvertReport, ConvertStep, StepKind, conversion_plan,
     convert_events, convert_events_with, plan_conversion,
 };
-pub use error::OpsError;
+pub use error::RetentionError;
 pub use expiry::{ExpiryReport, expire_sessions};
 pub use health::{HealthReport, HealthThresholds, health};
 pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_index, create_partitioned_index_with};
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, run_maintenance};
 pub use policy::{KeptDay, PolicySummary, retire_before, store_policy};
 pub use sql::LockPolicy;
-pub use tenancy::{
-    AppBinding, BindingChange, RoleBindings, STORE_FUNCTIONS, STORE_TABLES, ServiceRoleOptions, ServiceRoleReport,
-    ServiceRoleView, setup_service_role, show_service_role,
-};

@@ -17,16 +17,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use adk_postgres_schema::quote::{quote_ident, quote_literal};
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{Array, BigInt, Bool, Date, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
-use crate::error::OpsError;
+use crate::error::RetentionError;
+use crate::lock::{Acquired, AdvisoryLock};
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
 use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy};
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, quote_ident, quote_literal};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
 pub const MAINTENANCE_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::MAINTENANCE;
@@ -85,10 +87,50 @@ pub struct MaintenanceReport {
     pub skipped: bool,
 }
 
-#[derive(QueryableByName)]
-struct LockedRow {
-    #[diesel(sql_type = Bool)]
-    locked: bool,
+impl std::fmt::Display for MaintenanceReport {
+    /// What `adk-pg maintain` prints after a run: a summary line, then one
+    /// indented line per kind of change, and every kept day with its reason.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.skipped {
+            return f.write_str("another maintenance run held the lock for too long; skipped");
+        }
+        write!(
+            f,
+            "maintenance for {}: {} partition(s) created, {} dropped, {} session(s) deleted, {} day(s) ahead",
+            self.today.map(|d| d.to_string()).unwrap_or_default(),
+            self.created.len(),
+            self.dropped.len(),
+            self.sessions_deleted,
+            self.partitions_ahead
+        )?;
+        if let (Some(policy), Some(before)) = (&self.policy, self.retire_before) {
+            write!(f, "\n  policy: {policy}; retiring days before {before}")?;
+        }
+        if !self.created.is_empty() {
+            let days: Vec<String> = self.created.iter().map(ToString::to_string).collect();
+            write!(f, "\n  created: {}", days.join(", "))?;
+        }
+        for (label, names) in [
+            ("dropped", &self.dropped),
+            ("finished interrupted detaches", &self.finalized),
+            ("re-attached", &self.reattached),
+        ] {
+            if !names.is_empty() {
+                write!(f, "\n  {label}: {}", names.join(", "))?;
+            }
+        }
+        for kept in &self.kept {
+            write!(f, "\n  KEPT {} past retention", kept.day)?;
+            if let Some(partition) = &kept.partition {
+                write!(f, " ({partition})")?;
+            }
+            write!(f, ": {}", kept.reason)?;
+        }
+        if self.waited_for_other_run {
+            f.write_str("\n  (waited for another run to finish first)")?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(QueryableByName)]
@@ -118,61 +160,56 @@ pub async fn run_maintenance(
     database_url: &str,
     today: NaiveDate,
     config: &MaintenanceConfig,
-) -> Result<MaintenanceReport, OpsError> {
+) -> Result<MaintenanceReport, RetentionError> {
     if config.session_delete_batch < 1 {
-        return Err(OpsError::InvalidInput { field: "session_delete_batch", reason: "must be at least 1".into() });
+        return Err(RetentionError::InvalidInput {
+            field: "session_delete_batch",
+            reason: "must be at least 1".into(),
+        });
     }
     let mut conn = connect(database_url, "adk-pg maintain", &config.lock_policy).await?;
     let schema = events_schema(&mut conn).await?;
     let mut report = MaintenanceReport { today: Some(today), ..MaintenanceReport::default() };
 
-    let locked = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
-        .bind::<BigInt, _>(MAINTENANCE_LOCK_KEY)
-        .load::<LockedRow>(&mut conn)
-        .await
-        .and_then(first_row)
-        .map_err(OpsError::query("take the maintenance lock"))?
-        .locked;
-    if !locked {
-        report.waited_for_other_run = true;
-        let wait_ms = config.wait_for_other_run.as_millis().max(1);
-        let waited = conn
-            .batch_execute(&format!(
-                "SET lock_timeout = {wait_ms}; SELECT pg_advisory_lock({MAINTENANCE_LOCK_KEY}); SET lock_timeout = {}",
-                config.lock_policy.lock_timeout.as_millis().max(1)
-            ))
-            .await;
-        if let Err(e) = waited {
-            if crate::error::is_lock_wait(&e) {
-                report.skipped = true;
-                return Ok(report);
-            }
-            return Err(OpsError::Query { context: "wait for the maintenance lock".into(), source: e });
+    let acquired =
+        AdvisoryLock::acquire_within(conn, MAINTENANCE_LOCK_KEY, config.wait_for_other_run, &config.lock_policy)
+            .await?;
+    let mut lock = match acquired {
+        Acquired::Free(lock) => lock,
+        Acquired::AfterWait(lock) => {
+            report.waited_for_other_run = true;
+            lock
         }
-    }
+        Acquired::TimedOut => {
+            report.waited_for_other_run = true;
+            report.skipped = true;
+            return Ok(report);
+        }
+    };
+    let conn = lock.conn();
 
     let started = diesel::sql_query("SELECT now() AS now")
-        .load::<NowRow>(&mut conn)
+        .load::<NowRow>(conn)
         .await
         .and_then(first_row)
-        .map_err(OpsError::query("read the clock"));
+        .map_err(RetentionError::query("read the clock"));
     let (started, outcome) = match started {
-        Ok(row) => (Some(row.now), maintain_locked(&mut conn, &schema, today, config, &mut report).await),
+        Ok(row) => (Some(row.now), maintain_locked(conn, &schema, today, config, &mut report).await),
         Err(error) => (None, Err(error)),
     };
     let recorded = match &outcome {
-        Ok(()) => record_run(&mut conn, started, &report, None).await,
+        Ok(()) => record_run(conn, started, &report, None).await,
         Err(error) => {
             // Best effort: the failure may have been the catalog read itself.
-            if let Ok(partitions) = list_partitions(&mut conn).await {
+            if let Ok(partitions) = list_partitions(conn).await {
                 report.partitions_ahead = days_ahead(&partitions, today);
             }
-            record_run(&mut conn, started, &report, Some(&error.to_string())).await
+            record_run(conn, started, &report, Some(&error.to_string())).await
         }
     };
-    // The lock is session-scoped; release it even when the run failed, so
-    // the next run does not wait for this connection to close.
-    let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MAINTENANCE_LOCK_KEY})")).await;
+    // Released once the run is recorded, failed or not, so the next run
+    // does not wait for this connection to close.
+    lock.release().await;
     match (outcome, recorded) {
         (Ok(()), Ok(())) => Ok(report),
         (Ok(()), Err(error)) => Err(error),
@@ -191,7 +228,7 @@ async fn maintain_locked(
     today: NaiveDate,
     config: &MaintenanceConfig,
     report: &mut MaintenanceReport,
-) -> Result<(), OpsError> {
+) -> Result<(), RetentionError> {
     let policy = &config.lock_policy;
     let parent = format!("{}.adk_events", quote_ident(schema));
     let qualified = |name: &str| format!("{}.{}", quote_ident(schema), quote_ident(name));
@@ -344,7 +381,7 @@ async fn maintain_locked(
         .load::<CountRow>(conn)
         .await
         .and_then(first_row)
-        .map_err(OpsError::query("delete sessions of dropped days"))?
+        .map_err(RetentionError::query("delete sessions of dropped days"))?
         .count;
         report.sessions_deleted += u64::try_from(deleted).unwrap_or_default();
         if deleted == 0 {
@@ -356,7 +393,7 @@ async fn maintain_locked(
     // 6. Autovacuum never analyzes a partitioned parent; do it when the set
     //    of partitions changed.
     if !report.created.is_empty() || !report.dropped.is_empty() || !report.reattached.is_empty() {
-        conn.batch_execute(&format!("ANALYZE {parent}")).await.map_err(OpsError::query("analyze adk_events"))?;
+        conn.batch_execute(&format!("ANALYZE {parent}")).await.map_err(RetentionError::query("analyze adk_events"))?;
     }
     report.partitions_ahead = days_ahead(&list_partitions(conn).await?, today);
     Ok(())
@@ -377,7 +414,7 @@ async fn detach(
     partition: &Partition,
     qualified: &str,
     policy: &LockPolicy,
-) -> Result<bool, OpsError> {
+) -> Result<bool, RetentionError> {
     let statement = format!("ALTER TABLE {parent} DETACH PARTITION {qualified} CONCURRENTLY");
     let mut retry = LockRetry::new(&statement, policy);
     loop {
@@ -402,7 +439,7 @@ async fn detach(
 }
 
 /// Whether the catalog marks `partition` as detach-pending.
-async fn detach_pending(conn: &mut AsyncPgConnection, partition: &Partition) -> Result<bool, OpsError> {
+async fn detach_pending(conn: &mut AsyncPgConnection, partition: &Partition) -> Result<bool, RetentionError> {
     Ok(diesel::sql_query(
         "SELECT coalesce(bool_or(i.inhdetachpending), false) AS pending
          FROM pg_inherits i
@@ -415,7 +452,7 @@ async fn detach_pending(conn: &mut AsyncPgConnection, partition: &Partition) -> 
     .load::<PendingRow>(conn)
     .await
     .and_then(first_row)
-    .map_err(OpsError::query("read whether a detach is pending"))?
+    .map_err(RetentionError::query("read whether a detach is pending"))?
     .pending)
 }
 
@@ -430,9 +467,9 @@ async fn record_run(
     started: Option<DateTime<Utc>>,
     report: &MaintenanceReport,
     error: Option<&str>,
-) -> Result<(), OpsError> {
+) -> Result<(), RetentionError> {
     let kept_days = serde_json::to_value(&report.kept)
-        .map_err(|e| OpsError::Conflict(format!("could not encode the kept days: {e}")))?;
+        .map_err(|e| RetentionError::Conflict(format!("could not encode the kept days: {e}")))?;
     diesel::sql_query(
         "INSERT INTO adk_maintenance_runs
              (started_at, today, created, dropped, finalized, sessions_deleted, partitions_ahead,
@@ -451,6 +488,6 @@ async fn record_run(
     .bind::<Jsonb, _>(kept_days)
     .execute(conn)
     .await
-    .map_err(OpsError::query("record the maintenance run"))?;
+    .map_err(RetentionError::query("record the maintenance run"))?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use diesel::sql_types::{Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::OpsError;
+use crate::error::RetentionError;
 
 pub use adk_postgres_schema::names::{day_of_partition, partition_name};
 
@@ -62,7 +62,7 @@ pub fn parse_bound(bound: &str) -> Option<(Option<NaiveDate>, Option<NaiveDate>)
 
 /// Every partition attached to `adk_events` (pending detaches included),
 /// oldest first.
-pub async fn list_partitions(conn: &mut AsyncPgConnection) -> Result<Vec<Partition>, OpsError> {
+pub async fn list_partitions(conn: &mut AsyncPgConnection) -> Result<Vec<Partition>, RetentionError> {
     let rows = diesel::sql_query(
         "SELECT n.nspname::text AS schema, c.relname::text AS name,
                 pg_get_expr(c.relpartbound, c.oid) AS bound, i.inhdetachpending AS detach_pending
@@ -73,12 +73,15 @@ pub async fn list_partitions(conn: &mut AsyncPgConnection) -> Result<Vec<Partiti
     )
     .load::<PartitionRow>(conn)
     .await
-    .map_err(OpsError::query("list partitions"))?;
+    .map_err(RetentionError::query("list partitions"))?;
     let mut partitions = Vec::with_capacity(rows.len());
     for row in rows {
         let bound = row.bound.unwrap_or_default();
         let (from, to) = parse_bound(&bound).ok_or_else(|| {
-            OpsError::Conflict(format!("partition {} has a bound this tool does not understand: {bound}", row.name))
+            RetentionError::Conflict(format!(
+                "partition {} has a bound this tool does not understand: {bound}",
+                row.name
+            ))
         })?;
         partitions.push(Partition { schema: row.schema, name: row.name, from, to, detach_pending: row.detach_pending });
     }
@@ -94,7 +97,7 @@ struct NameRow {
 
 /// Daily partition tables in `schema` that are attached to nothing: what a
 /// run interrupted between `DETACH` and `DROP` leaves behind.
-pub async fn list_orphans(conn: &mut AsyncPgConnection, schema: &str) -> Result<Vec<String>, OpsError> {
+pub async fn list_orphans(conn: &mut AsyncPgConnection, schema: &str) -> Result<Vec<String>, RetentionError> {
     let rows = diesel::sql_query(
         "SELECT c.relname::text AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname ~ '^adk_events_p[0-9]{8}$'
@@ -104,7 +107,7 @@ pub async fn list_orphans(conn: &mut AsyncPgConnection, schema: &str) -> Result<
     .bind::<Text, _>(schema)
     .load::<NameRow>(conn)
     .await
-    .map_err(OpsError::query("list detached partition tables"))?;
+    .map_err(RetentionError::query("list detached partition tables"))?;
     Ok(rows.into_iter().map(|r| r.name).collect())
 }
 

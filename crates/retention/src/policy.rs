@@ -5,6 +5,7 @@
 //! `NaiveDateTime` arithmetic, so neither the server's nor this process's
 //! TimeZone moves a cutoff.
 
+use std::fmt;
 use std::time::Duration;
 
 use adk_postgres_domain::StorePolicy;
@@ -14,7 +15,7 @@ use diesel::sql_types::{BigInt, Bool, Date, Nullable, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::OpsError;
+use crate::error::RetentionError;
 use crate::sql::first_row;
 
 /// The policy in a report: whole seconds (sub-second parts are dropped).
@@ -35,6 +36,25 @@ impl PolicySummary {
             default_ttl_secs: policy.default_ttl.map(|ttl| ttl.as_secs()),
             premake_days: policy.premake_days,
         }
+    }
+}
+
+impl fmt::Display for PolicySummary {
+    /// The policy on one line, as `adk-pg status` and `adk-pg maintain`
+    /// print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = |secs: u64| humantime::format_duration(Duration::from_secs(secs));
+        write!(
+            f,
+            "lifetime {}, retention {}, default TTL ",
+            secs(self.max_session_lifetime_secs),
+            secs(self.retention_secs)
+        )?;
+        match self.default_ttl_secs {
+            Some(ttl) => write!(f, "{}", secs(ttl))?,
+            None => f.write_str("none")?,
+        }
+        write!(f, ", premake {} day(s)", self.premake_days)
     }
 }
 
@@ -113,7 +133,7 @@ pub(crate) async fn live_days(
     before: NaiveDate,
     run_at: DateTime<Utc>,
     retention: Duration,
-) -> Result<Vec<LiveDay>, OpsError> {
+) -> Result<Vec<LiveDay>, RetentionError> {
     diesel::sql_query(
         "SELECT session_day AS day, count(*) AS open_sessions, max(updated_at) AS last_active
          FROM adk_sessions
@@ -129,7 +149,7 @@ pub(crate) async fn live_days(
     .bind::<Nullable<Timestamptz>, _>(active_since(run_at, retention))
     .load::<LiveDay>(conn)
     .await
-    .map_err(OpsError::query("find live sessions of days past retention"))
+    .map_err(RetentionError::query("find live sessions of days past retention"))
 }
 
 #[derive(QueryableByName)]
@@ -139,15 +159,15 @@ struct ExistsRow {
 }
 
 /// The policy in the database; `NotMigrated` when the table is missing.
-pub async fn store_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, OpsError> {
+pub async fn store_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, RetentionError> {
     let exists = diesel::sql_query("SELECT to_regclass('adk_store_policy') IS NOT NULL AS exists")
         .load::<ExistsRow>(conn)
         .await
         .and_then(first_row)
-        .map_err(OpsError::query("look for adk_store_policy"))?
+        .map_err(RetentionError::query("look for adk_store_policy"))?
         .exists;
     if !exists {
-        return Err(OpsError::NotMigrated("table adk_store_policy does not exist; run adk-pg migrate".into()));
+        return Err(RetentionError::NotMigrated("table adk_store_policy does not exist; run adk-pg migrate".into()));
     }
     Ok(adk_postgres_storage::read_policy(conn).await?)
 }

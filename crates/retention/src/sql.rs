@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
+use adk_postgres_schema::quote::quote_literal;
 use diesel::sql_types::Text;
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
-use crate::error::{OpsError, is_lock_wait};
+use crate::error::{RetentionError, is_lock_wait};
 
 /// How DDL waits for locks.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ pub async fn connect(
     database_url: &str,
     application_name: &str,
     policy: &LockPolicy,
-) -> Result<AsyncPgConnection, OpsError> {
+) -> Result<AsyncPgConnection, RetentionError> {
     let mut conn = AsyncPgConnection::establish(database_url).await?;
     conn.batch_execute(&format!(
         "SET application_name = {}; SET DateStyle = ISO; SET TimeZone = 'UTC'; \
@@ -46,7 +47,7 @@ pub async fn connect(
         policy.lock_timeout.as_millis().max(1)
     ))
     .await
-    .map_err(OpsError::query("configure the operations connection"))?;
+    .map_err(RetentionError::query("configure the operations connection"))?;
     Ok(conn)
 }
 
@@ -74,7 +75,7 @@ impl<'a> LockRetry<'a> {
     /// Judges one attempt: `Ok(true)` when it succeeded, `Ok(false)` after
     /// pausing when a lock wait timed out and another attempt is due, an
     /// error otherwise.
-    pub async fn settle(&mut self, result: diesel::QueryResult<()>) -> Result<bool, OpsError> {
+    pub async fn settle(&mut self, result: diesel::QueryResult<()>) -> Result<bool, RetentionError> {
         match result {
             Ok(()) => Ok(true),
             Err(e) if is_lock_wait(&e) && self.attempt < self.attempts => {
@@ -85,16 +86,16 @@ impl<'a> LockRetry<'a> {
                 Ok(false)
             }
             Err(e) if is_lock_wait(&e) => {
-                Err(OpsError::LockTimeout { statement: self.statement.to_owned(), attempts: self.attempts })
+                Err(RetentionError::LockTimeout { statement: self.statement.to_owned(), attempts: self.attempts })
             }
-            Err(e) => Err(OpsError::Query { context: self.statement.to_owned(), source: e }),
+            Err(e) => Err(RetentionError::Query { context: self.statement.to_owned(), source: e }),
         }
     }
 }
 
 /// Runs one DDL statement, retrying with backoff when it times out waiting
 /// for a lock. Returns the number of attempts it took.
-pub async fn ddl(conn: &mut AsyncPgConnection, statement: &str, policy: &LockPolicy) -> Result<u32, OpsError> {
+pub async fn ddl(conn: &mut AsyncPgConnection, statement: &str, policy: &LockPolicy) -> Result<u32, RetentionError> {
     let mut retry = LockRetry::new(statement, policy);
     loop {
         let result = conn.batch_execute(statement).await;
@@ -115,22 +116,6 @@ pub(crate) fn first_row<T>(rows: Vec<T>) -> diesel::QueryResult<T> {
     rows.into_iter().next().ok_or(diesel::result::Error::NotFound)
 }
 
-/// `"name"` with embedded quotes doubled: every identifier built from data
-/// goes through here.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `'text'` with embedded quotes doubled, for the few DDL positions that take
-/// no bind parameters (partition bounds, defaults). Text with a backslash
-/// becomes an `E'…'` literal with the backslash doubled, as libpq's
-/// `PQescapeLiteral` does: a plain literal would read a backslash
-/// differently under `standard_conforming_strings = off`.
-pub fn quote_literal(text: &str) -> String {
-    let quoted = text.replace('\'', "''");
-    if text.contains('\\') { format!("E'{}'", quoted.replace('\\', "\\\\")) } else { format!("'{quoted}'") }
-}
-
 #[derive(QueryableByName)]
 struct SchemaRow {
     #[diesel(sql_type = Text)]
@@ -138,7 +123,7 @@ struct SchemaRow {
 }
 
 /// The schema holding `adk_events`, or `NotMigrated`.
-pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, OpsError> {
+pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, RetentionError> {
     let row = sql_query(
         "SELECT n.nspname::text AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE c.oid = to_regclass('adk_events')",
@@ -147,20 +132,8 @@ pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, OpsEr
     .await
     .and_then(first_row)
     .map_err(|e| match e {
-        diesel::result::Error::NotFound => OpsError::NotMigrated("table adk_events does not exist".into()),
-        other => OpsError::Query { context: "find adk_events".into(), source: other },
+        diesel::result::Error::NotFound => RetentionError::NotMigrated("table adk_events does not exist".into()),
+        other => RetentionError::Query { context: "find adk_events".into(), source: other },
     })?;
     Ok(row.schema)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting_doubles_embedded_quotes() {
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-        assert_eq!(quote_literal("it's"), "'it''s'");
-        assert_eq!(quote_literal(r"a\'b"), r"E'a\\''b'");
-    }
 }

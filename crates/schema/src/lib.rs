@@ -9,6 +9,7 @@
 
 pub mod migrations;
 pub mod names;
+pub mod quote;
 pub mod tables;
 pub mod tables_print;
 

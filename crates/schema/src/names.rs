@@ -10,11 +10,22 @@ pub const APP_STATES: &str = "adk_app_states";
 pub const STORE_POLICY: &str = "adk_store_policy";
 pub const ROLE_APPS: &str = "adk_role_apps";
 pub const ROLE_APP_CHANGES: &str = "adk_role_app_changes";
+pub const STORE_POLICY_CHANGES: &str = "adk_store_policy_changes";
+pub const MAINTENANCE_RUNS: &str = "adk_maintenance_runs";
 
-/// The tables that hold the store's data, its policy and its tenant
-/// bindings: every table the migrations create.
-pub const STORE_TABLES: [&str; 7] =
-    [SESSIONS, EVENTS, USER_STATES, APP_STATES, STORE_POLICY, ROLE_APPS, ROLE_APP_CHANGES];
+/// Every table the migrations create: the store's data, its policy and its
+/// history, the tenant bindings and the maintenance log.
+pub const STORE_TABLES: [&str; 9] = [
+    SESSIONS,
+    EVENTS,
+    USER_STATES,
+    APP_STATES,
+    STORE_POLICY,
+    STORE_POLICY_CHANGES,
+    ROLE_APPS,
+    ROLE_APP_CHANGES,
+    MAINTENANCE_RUNS,
+];
 
 /// What every daily partition's name starts with; the day follows as `YYYYMMDD`.
 pub const EVENT_PARTITION_PREFIX: &str = "adk_events_p";

@@ -14,8 +14,13 @@ pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, re
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;
 
-mod call;
 mod error;
+pub mod functions;
 pub mod pg_error;
 
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
+pub mod tenancy;
+pub use tenancy::{
+    AppBinding, BindingChange, RoleBindings, STORE_FUNCTIONS, ServiceRoleError, ServiceRoleOptions, ServiceRoleReport,
+    ServiceRoleView, setup_service_role, show_service_role,
+};

@@ -1,11 +1,11 @@
 //! [`PgSessionStore`]: the `SessionStore` contract on PostgreSQL.
 //!
-//! Round trips are the budget. `create` is one statement (the session row
-//! and the initial app/user state in one CTE), `append` is one call of the
-//! `adk_append_event` SQL function, `get` is two (the session row with live
-//! app and user state, then its events with `session_day` bound so one
-//! partition is read), and `list` and `delete` are one each. None of them
-//! opens an explicit transaction: each statement is atomic on its own.
+//! Round trips are the budget. Every operation calls one of the store's SQL
+//! functions through its typed wrapper ([`crate::functions`]): `create`,
+//! `append`, `list` and `delete` are one call each, `get` is two (the session
+//! row with live app and user state, then its events with `session_day`
+//! bound so one partition is read). None of them opens an explicit
+//! transaction: each statement is atomic on its own.
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,17 +18,16 @@ use adk_postgres_domain::{
     StoreError,
 };
 use async_trait::async_trait;
-use chrono::{DateTime, NaiveDate, Utc};
-use diesel::QueryableByName;
+use chrono::{DateTime, Utc};
 use diesel::data_types::PgInterval;
-use diesel::deserialize::FromSql;
-use diesel::pg::{Pg, PgValue};
-use diesel::sql_types::{BigInt, Date, Interval, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
-use crate::call::{Arg, Call};
 use crate::error::{from_diesel, from_pool};
+use crate::functions::{
+    self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, PremadeRow,
+    RewindOutcome, RewindRow, RolloverOutcome, RolloverRow, SummaryRow,
+};
 use crate::policy::interval_duration;
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
@@ -218,168 +217,6 @@ impl std::fmt::Debug for PgSessionStore {
     }
 }
 
-const CREATE_SQL: &str = "\
-SELECT created_at, updated_at, expires_at, user_state, app_state
-FROM adk_create_session";
-
-const SESSION_SQL: &str = "\
-SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, successor_id, user_state, app_state
-FROM adk_load_session";
-
-// Each statement below is the head of a function call; `Call` appends the
-// bound argument list. The functions are in migrations/*_store_functions.
-
-/// The event read of `get`; the function binds `session_day`, so one
-/// partition is read.
-const EVENTS_SQL: &str = "SELECT payload FROM adk_load_events";
-
-const LIST_SQL: &str = "\
-SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state
-FROM adk_list_sessions";
-
-const DELETE_SQL: &str = "SELECT * FROM adk_delete_session";
-
-const APPEND_SQL: &str = "\
-SELECT outcome, seq, updated_at, payload, successor_id, max_lifetime
-FROM adk_append_event";
-
-const ROLLOVER_SQL: &str = "SELECT outcome, successor_id FROM adk_rollover_session";
-
-#[derive(QueryableByName)]
-struct RolloverRow {
-    #[diesel(sql_type = Text)]
-    outcome: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    successor_id: Option<String>,
-}
-
-const PREMAKE_SQL: &str = "SELECT adk_premake_event_partitions AS made FROM adk_premake_event_partitions";
-
-#[derive(QueryableByName)]
-struct PremadeRow {
-    #[diesel(sql_type = diesel::sql_types::Integer)]
-    made: i32,
-}
-
-const FIND_SQL: &str = "SELECT app_name, user_id FROM adk_find_sessions";
-
-const REWIND_SQL: &str = "SELECT outcome, seq FROM adk_rewind_session";
-
-#[derive(QueryableByName)]
-struct FoundRow {
-    #[diesel(sql_type = Text)]
-    app_name: String,
-    #[diesel(sql_type = Text)]
-    user_id: String,
-}
-
-#[derive(QueryableByName)]
-struct RewindRow {
-    #[diesel(sql_type = Text)]
-    outcome: String,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    seq: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct CreatedRow {
-    #[diesel(sql_type = Timestamptz)]
-    created_at: DateTime<Utc>,
-    #[diesel(sql_type = Timestamptz)]
-    updated_at: DateTime<Utc>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    user_state: Option<Value>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    app_state: Option<Value>,
-}
-
-#[derive(QueryableByName)]
-struct SessionRow {
-    #[diesel(sql_type = Jsonb)]
-    state: Value,
-    #[diesel(sql_type = BigInt)]
-    last_seq: i64,
-    #[diesel(sql_type = Date)]
-    session_day: NaiveDate,
-    #[diesel(sql_type = Timestamptz)]
-    created_at: DateTime<Utc>,
-    #[diesel(sql_type = Timestamptz)]
-    updated_at: DateTime<Utc>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    closed_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Text>)]
-    successor_id: Option<String>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    user_state: Option<Value>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    app_state: Option<Value>,
-}
-
-#[derive(QueryableByName)]
-struct PayloadRow {
-    #[diesel(sql_type = Jsonb)]
-    payload: StoredEvent,
-}
-
-/// An event read straight from jsonb's bytes, without a `serde_json::Value`
-/// in between: a get of a thousand events parses each payload once.
-#[derive(Debug)]
-struct StoredEvent(Event);
-
-impl FromSql<Jsonb, Pg> for StoredEvent {
-    fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
-        // Binary jsonb is a version byte (1) followed by the JSON text.
-        match value.as_bytes().split_first() {
-            Some((1, text)) => {
-                serde_json::from_slice(text).map(Self).map_err(|e| format!("stored event is corrupt: {e}").into())
-            }
-            _ => Err("unsupported jsonb version".into()),
-        }
-    }
-}
-
-#[derive(QueryableByName)]
-struct SummaryRow {
-    #[diesel(sql_type = Text)]
-    session_id: String,
-    #[diesel(sql_type = Jsonb)]
-    state: Value,
-    #[diesel(sql_type = BigInt)]
-    last_seq: i64,
-    #[diesel(sql_type = Timestamptz)]
-    created_at: DateTime<Utc>,
-    #[diesel(sql_type = Timestamptz)]
-    updated_at: DateTime<Utc>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    user_state: Option<Value>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    app_state: Option<Value>,
-}
-
-#[derive(QueryableByName)]
-struct AppendRow {
-    #[diesel(sql_type = Text)]
-    outcome: String,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    seq: Option<i64>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    updated_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    payload: Option<Value>,
-    #[diesel(sql_type = Nullable<Text>)]
-    successor_id: Option<String>,
-    /// The lifetime a `too_old` session was held to: the policy's, or the
-    /// client's shorter one.
-    #[diesel(sql_type = Nullable<Interval>)]
-    max_lifetime: Option<PgInterval>,
-}
-
 /// Stored JSON that is not an object means someone wrote to the tables
 /// behind the store's back; report it rather than guess.
 fn stored_state(which: &str, value: Option<Value>) -> Result<State, StoreError> {
@@ -452,6 +289,15 @@ impl PgSessionStore {
         }
     }
 
+    fn key_args<'a>(&'a self, key: &'a SessionKey) -> KeyArgs<'a> {
+        KeyArgs {
+            tenant: self.tenant_for(&key.app_name),
+            app_name: key.app_name.as_str(),
+            user_id: key.user_id.as_str(),
+            session_id: key.session_id.as_str(),
+        }
+    }
+
     /// Builds a pool for `database_url` and a store on it.
     pub async fn connect(
         database_url: &str,
@@ -482,13 +328,13 @@ impl PgSessionStore {
     {
         match write().await {
             Err(missing @ StoreError::PartitionMissing { .. }) => {
-                let premade = with_retries!(self, |conn| Call::new(PREMAKE_SQL)
+                let premade = with_retries!(self, |conn| sql::PremakeEventPartitions
                     .load::<PremadeRow>(&mut conn)
                     .await
                     .map_err(|e| from_diesel(e, "state")));
                 match premade {
                     Ok(rows) => {
-                        let made = single(rows).map_or(0, |r| r.made);
+                        let made = single(rows).and_then(|r| r.adk_premake_event_partitions).unwrap_or(0);
                         tracing::info!(%missing, made, "made missing event partitions");
                         write().await
                     }
@@ -500,18 +346,6 @@ impl PgSessionStore {
             }
             other => other,
         }
-    }
-
-    async fn load_session(&self, key: &SessionKey) -> Result<Option<SessionRow>, StoreError> {
-        with_retries!(self, |conn| Call::new(SESSION_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .load::<SessionRow>(&mut conn)
-            .await
-            .map(single)
-            .map_err(|e| from_diesel(e, "state")))
     }
 }
 
@@ -527,19 +361,17 @@ impl SessionStore for PgSessionStore {
         let user_json = to_json(scoped.user);
         let app_json = to_json(scoped.app);
 
-        let created = with_retries!(self, |conn| Call::new(CREATE_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .arg(Arg::Json(&session_json))
-            .arg(Arg::OptInterval(ttl))
-            .arg(Arg::Json(&user_json))
-            .arg(Arg::Json(&app_json))
-            .load::<CreatedRow>(&mut conn)
-            .await
-            .map(single)
-            .map_err(|e| from_diesel(e, "state")))?;
+        let created = with_retries!(self, |conn| sql::CreateSession {
+            key: self.key_args(&key),
+            state: &session_json,
+            ttl,
+            user_delta: &user_json,
+            app_delta: &app_json,
+        }
+        .load::<CreatedRow>(&mut conn)
+        .await
+        .map(single)
+        .map_err(|e| from_diesel(e, "state")))?;
         let Some(row) = created else {
             return match request.on_existing {
                 OnExisting::ReturnExisting => match self.get(&key, GetOptions::default()).await {
@@ -565,41 +397,34 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
-        let row = self.load_session(key).await?.ok_or_else(|| StoreError::NotFound(key.clone()))?;
-        let events = if row.last_seq == 0 || options.num_recent_events == Some(0) {
-            Vec::new()
-        } else {
-            let after = options.after.map(|after| {
-                timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX })
-            });
-            let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-            let rows = with_retries!(self, |conn| Call::new(EVENTS_SQL)
-                .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-                .arg(Arg::Text(key.app_name.as_str()))
-                .arg(Arg::Text(key.user_id.as_str()))
-                .arg(Arg::Text(key.session_id.as_str()))
-                .arg(Arg::Date(row.session_day))
-                .arg(Arg::BigInt(row.last_seq))
-                .arg(Arg::OptBigInt(after))
-                .arg(Arg::OptBigInt(limit))
-                .load::<PayloadRow>(&mut conn)
-                .await
-                .map_err(|e| from_diesel(e, "state")))?;
-            rows.into_iter().map(|r| r.payload.0).collect()
-        };
-        let session_state = stored_state("session state", Some(row.state))?;
-        let user = stored_state("user state", row.user_state)?;
-        let app = stored_state("app state", row.app_state)?;
+        let after = options
+            .after
+            .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));
+        let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows = with_retries!(self, |conn| sql::GetSession { key: self.key_args(key), after_ts: after, limit }
+            .load::<GetRow>(&mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "state")))?;
+        let mut rows = rows.into_iter();
+        let session = rows.next().ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let corrupt = |what: &str| StoreError::Database { message: format!("adk_get_session returned no {what}") };
+        let events = rows
+            .map(|row| row.payload.map(|p| p.0).ok_or_else(|| corrupt("payload on an event row")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let last_seq = session.last_seq.ok_or_else(|| corrupt("last_seq"))?;
+        let session_state = stored_state("session state", session.state)?;
+        let user = stored_state("user state", session.user_state)?;
+        let app = stored_state("app state", session.app_state)?;
         Ok(Session {
             key: key.clone(),
             state: merge_scopes(&session_state, &user, &app),
             events,
-            version: version(row.last_seq),
-            last_update_time: row.updated_at,
-            created_at: row.created_at,
-            expires_at: row.expires_at,
-            closed_at: row.closed_at,
-            successor: row
+            version: version(last_seq),
+            last_update_time: session.updated_at.ok_or_else(|| corrupt("updated_at"))?,
+            created_at: session.created_at.ok_or_else(|| corrupt("created_at"))?,
+            expires_at: session.expires_at,
+            closed_at: session.closed_at,
+            successor: session
                 .successor_id
                 .map(SessionId::new)
                 .transpose()
@@ -620,17 +445,18 @@ impl SessionStore for PgSessionStore {
             None => (None, None),
         };
         let page_size = request.effective_page_size();
-        let mut rows = with_retries!(self, |conn| Call::new(LIST_SQL)
-            .arg(Arg::OptText(self.tenant_for(&request.app_name)))
-            .arg(Arg::Text(request.app_name.as_str()))
-            .arg(Arg::Text(request.user_id.as_str()))
-            .arg(Arg::OptTimestamptz(after_time))
-            .arg(Arg::OptText(after_id))
+        let mut rows = with_retries!(self, |conn| sql::ListSessions {
+            tenant: self.tenant_for(&request.app_name),
+            app_name: request.app_name.as_str(),
+            user_id: request.user_id.as_str(),
+            after_time,
+            after_id,
             // One more than a page tells whether another page follows.
-            .arg(Arg::BigInt(page_size as i64 + 1))
-            .load::<SummaryRow>(&mut conn)
-            .await
-            .map_err(|e| from_diesel(e, "state")))?;
+            limit: page_size as i64 + 1,
+        }
+        .load::<SummaryRow>(&mut conn)
+        .await
+        .map_err(|e| from_diesel(e, "state")))?;
         let more = rows.len() > page_size;
         let mut sessions = Vec::with_capacity(rows.len().min(page_size));
         // The page's user and app state come once, on its first row: the
@@ -664,12 +490,8 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
-        with_retries!(self, |conn| Call::new(DELETE_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .execute(&mut conn)
+        with_retries!(self, |conn| sql::DeleteSession { key: self.key_args(key) }
+            .load::<DeletedRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
         Ok(())
@@ -692,54 +514,49 @@ impl SessionStore for PgSessionStore {
 
         let row = self
             .with_partition(|| async {
-                with_retries!(self, |conn| Call::new(APPEND_SQL)
-                    .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-                    .arg(Arg::Text(key.app_name.as_str()))
-                    .arg(Arg::Text(key.user_id.as_str()))
-                    .arg(Arg::Text(key.session_id.as_str()))
-                    .arg(Arg::Text(event.id.as_str()))
-                    .arg(Arg::OptText(Some(event.invocation_id.as_str()).filter(|s| !s.is_empty())))
-                    .arg(Arg::Text(event.author.as_str()))
-                    .arg(Arg::BigInt(prepared.event_ts))
-                    .arg(Arg::Json(&prepared.payload))
-                    .arg(Arg::Json(&session_delta))
-                    .arg(Arg::Json(&user_delta))
-                    .arg(Arg::Json(&app_delta))
-                    .arg(Arg::OptBigInt(expected))
-                    .arg(Arg::OptInterval(max_lifetime))
-                    .load::<AppendRow>(&mut conn)
-                    .await
-                    .map_err(|e| from_diesel(e, DELTA_FIELD))
-                    .and_then(|rows| only_row(rows, "adk_append_event")))
+                with_retries!(self, |conn| sql::AppendEvent {
+                    key: self.key_args(key),
+                    event_id: event.id.as_str(),
+                    invocation_id: Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()),
+                    author: event.author.as_str(),
+                    event_ts: prepared.event_ts,
+                    payload: &prepared.payload,
+                    session_delta: &session_delta,
+                    user_delta: &user_delta,
+                    app_delta: &app_delta,
+                    expected_seq: expected,
+                    max_lifetime,
+                }
+                .load::<AppendRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, DELTA_FIELD))
+                .and_then(|rows| only_row(rows, "adk_append_event")))
             })
             .await?;
         let seq = row.seq.map(version);
-        match row.outcome.as_str() {
-            "stored" => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
-            "replayed" => Ok(Appended {
+        match row.outcome {
+            AppendOutcome::Stored => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
+            AppendOutcome::Replayed => Ok(Appended {
                 event: stored_event(row.payload.unwrap_or(Value::Null))?,
                 seq,
                 replayed: true,
                 last_update_time: row.updated_at,
             }),
-            "duplicate" => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
-            "stale" => Err(StoreError::StaleSession {
+            AppendOutcome::Duplicate => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
+            AppendOutcome::Stale => Err(StoreError::StaleSession {
                 key: key.clone(),
                 expected: options.expected_version.unwrap_or_default(),
                 actual: seq.unwrap_or_default(),
             }),
-            "not_found" => Err(StoreError::NotFound(key.clone())),
-            "closed" => Err(StoreError::SessionClosed {
+            AppendOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+            AppendOutcome::Closed => Err(StoreError::SessionClosed {
                 key: key.clone(),
                 successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
             }),
-            "too_old" => Err(StoreError::LifetimeExceeded {
+            AppendOutcome::TooOld => Err(StoreError::LifetimeExceeded {
                 key: key.clone(),
                 max_lifetime: row.max_lifetime.as_ref().and_then(interval_duration).unwrap_or_default(),
             }),
-            other => {
-                Err(StoreError::Database { message: format!("adk_append_event returned unknown outcome {other:?}") })
-            }
         }
     }
 
@@ -755,39 +572,34 @@ impl SessionStore for PgSessionStore {
         let successor = SessionKey::new(key.app_name.clone(), key.user_id.clone(), successor_id);
         let row = self
             .with_partition(|| async {
-                with_retries!(self, |conn| Call::new(ROLLOVER_SQL)
-                    .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-                    .arg(Arg::Text(key.app_name.as_str()))
-                    .arg(Arg::Text(key.user_id.as_str()))
-                    .arg(Arg::Text(key.session_id.as_str()))
-                    .arg(Arg::Text(successor.session_id.as_str()))
-                    .arg(Arg::Text(summary.id.as_str()))
-                    .arg(Arg::OptText(Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty())))
-                    .arg(Arg::Text(summary.author.as_str()))
-                    .arg(Arg::BigInt(prepared.event_ts))
-                    .arg(Arg::Json(&prepared.payload))
-                    .arg(Arg::OptInterval(ttl))
-                    .load::<RolloverRow>(&mut conn)
-                    .await
-                    .map_err(|e| from_diesel(e, "state"))
-                    .and_then(|rows| only_row(rows, "adk_rollover_session")))
+                with_retries!(self, |conn| sql::RolloverSession {
+                    key: self.key_args(key),
+                    successor_id: successor.session_id.as_str(),
+                    event_id: summary.id.as_str(),
+                    invocation_id: Some(summary.invocation_id.as_str()).filter(|s| !s.is_empty()),
+                    author: summary.author.as_str(),
+                    event_ts: prepared.event_ts,
+                    payload: &prepared.payload,
+                    ttl,
+                }
+                .load::<RolloverRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, "state"))
+                .and_then(|rows| only_row(rows, "adk_rollover_session")))
             })
             .await?;
-        match row.outcome.as_str() {
+        match row.outcome {
             // Also the answer to a retry whose first reply was lost: the
             // session is already closed with this very successor. The
             // successor is read whole, as it is now, with live app and user
             // state.
-            "rolled" => self.get(&successor, GetOptions::default()).await,
-            "not_found" => Err(StoreError::NotFound(key.clone())),
-            "closed" => Err(StoreError::SessionClosed {
+            RolloverOutcome::Rolled => self.get(&successor, GetOptions::default()).await,
+            RolloverOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+            RolloverOutcome::Closed => Err(StoreError::SessionClosed {
                 key: key.clone(),
                 successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
             }),
-            "exists" => Err(StoreError::AlreadyExists(successor)),
-            other => Err(StoreError::Database {
-                message: format!("adk_rollover_session returned unknown outcome {other:?}"),
-            }),
+            RolloverOutcome::Exists => Err(StoreError::AlreadyExists(successor)),
         }
     }
 
@@ -799,10 +611,7 @@ impl SessionStore for PgSessionStore {
             TenantScope::Off | TenantScope::PerRequest => None,
         };
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-        let rows = with_retries!(self, |conn| Call::new(FIND_SQL)
-            .arg(Arg::OptText(tenant))
-            .arg(Arg::Text(session_id.as_str()))
-            .arg(Arg::Int(limit))
+        let rows = with_retries!(self, |conn| sql::FindSessions { tenant, session_id: session_id.as_str(), limit }
             .load::<FoundRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
@@ -823,30 +632,25 @@ impl SessionStore for PgSessionStore {
         let expected = expected_version
             .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
             .transpose()?;
-        let row = with_retries!(self, |conn| Call::new(REWIND_SQL)
-            .arg(Arg::OptText(self.tenant_for(&key.app_name)))
-            .arg(Arg::Text(key.app_name.as_str()))
-            .arg(Arg::Text(key.user_id.as_str()))
-            .arg(Arg::Text(key.session_id.as_str()))
-            .arg(Arg::BigInt(keep_seq))
-            .arg(Arg::OptBigInt(expected))
-            .load::<RewindRow>(&mut conn)
-            .await
-            .map_err(|e| from_diesel(e, "state"))
-            .and_then(|rows| only_row(rows, "adk_rewind_session")))?;
+        let row = with_retries!(self, |conn| sql::RewindSession {
+            key: self.key_args(key),
+            keep: keep_seq,
+            expected_seq: expected
+        }
+        .load::<RewindRow>(&mut conn)
+        .await
+        .map_err(|e| from_diesel(e, "state"))
+        .and_then(|rows| only_row(rows, "adk_rewind_session")))?;
         let current = row.seq.map(version).unwrap_or_default();
-        match row.outcome.as_str() {
-            "rewound" => self.get(key, GetOptions::default()).await,
-            "not_found" => Err(StoreError::NotFound(key.clone())),
-            "stale" => Err(StoreError::StaleSession {
+        match row.outcome {
+            RewindOutcome::Rewound => self.get(key, GetOptions::default()).await,
+            RewindOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+            RewindOutcome::Stale => Err(StoreError::StaleSession {
                 key: key.clone(),
                 expected: expected_version.unwrap_or_default(),
                 actual: current,
             }),
-            "beyond" => Err(StoreError::invalid("keep", format!("the session has only {current} events"))),
-            other => {
-                Err(StoreError::Database { message: format!("adk_rewind_session returned unknown outcome {other:?}") })
-            }
+            RewindOutcome::Beyond => Err(StoreError::invalid("keep", format!("the session has only {current} events"))),
         }
     }
 }

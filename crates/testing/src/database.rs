@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::cluster::{Cluster, throwaway_cluster};
 use crate::error::HarnessError;
 use crate::source::{Search, Source, choose_source};
-use crate::urls::{is_local, redacted, with_database};
+use crate::urls::{is_local, with_database};
 
 const TEST_DB_PREFIX: &str = "adk_test_";
 /// Serialises template builds across processes (nextest runs one per test).
@@ -66,14 +66,7 @@ impl TestDatabase {
     /// A tokio-postgres client of this database; its connection task runs on
     /// the current runtime. Panics when it cannot connect.
     pub async fn connect(&self) -> Client {
-        let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await.unwrap_or_else(|source| {
-            let error = HarnessError::Connect { url: redacted(&self.url), source };
-            panic!("adk-postgres-testing: {error}")
-        });
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
+        crate::connect(&self.url).await.unwrap_or_else(|error| panic!("adk-postgres-testing: {error}"))
     }
 }
 
@@ -411,9 +404,7 @@ struct Pg {
 
 impl Pg {
     async fn connect(url: &str) -> Result<Self, HarnessError> {
-        let (client, connection) = tokio_postgres::connect(url, NoTls)
-            .await
-            .map_err(|source| HarnessError::Connect { url: redacted(url), source })?;
+        let (client, connection) = crate::client::open(url).await?;
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });

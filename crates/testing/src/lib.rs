@@ -23,18 +23,25 @@
 //! here rather than in production, and with fsync off because nothing in
 //! them must survive a crash.
 //!
+//! [`connect`] is how tests open a plain client beside the store (it returns
+//! an error rather than panicking, so tooling can use it too), and
+//! [`contract_tests!`] runs a contract suite's cases against one backend.
+//!
 //! This crate is for tests and tooling (`xtask`) only: nothing the store
 //! ships may depend on it, and it knows nothing of table layout beyond the
 //! partition function the migrations provide.
 
+mod client;
 mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
+mod contract;
 mod database;
 mod error;
 mod source;
 mod urls;
 
+pub use client::{Notices, connect, connect_with_notices, drain_notices};
 pub use cluster::{
     Cluster, ClusterConfig, SERVER_TIMEZONE, find_server_binaries, free_port, port_is_free, start_throwaway_cluster,
 };

@@ -17,10 +17,9 @@ async fn partition_count(db: &TestDatabase) -> i64 {
 }
 
 async fn database_exists(server_url: &str, name: &str) -> bool {
-    let (client, connection) = tokio_postgres::connect(server_url, tokio_postgres::NoTls)
+    let client = adk_postgres_testing::connect(server_url)
         .await
-        .expect("the maintenance database accepts connections");
-    tokio::spawn(connection);
+        .unwrap_or_else(|e| panic!("the maintenance database accepts connections: {e}"));
     client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await.unwrap().is_some()
 }
 

@@ -12,35 +12,78 @@
 //! A password is never sent: the SCRAM-SHA-256 verifier is computed here and
 //! only the verifier reaches the server (and so its logs), as `psql`'s
 //! `\password` does.
+//!
+//! It lives with the store because which SQL functions a service role may
+//! execute is part of the store's access contract: a function the store
+//! starts calling must be granted here in the same release.
+
+use std::time::Duration;
 
 use adk_postgres_domain::AppName;
+use adk_postgres_schema::quote::{quote_ident, quote_literal};
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{Array, Bool, Nullable, Oid, Text, Timestamptz};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
-use crate::error::OpsError;
-use crate::sql::{LockPolicy, connect, ddl, events_schema, quote_ident};
+use crate::functions::SIGNATURES;
+use crate::pg_error::{PgFailure, classify};
 
 /// The tables that hold the store's data. The service role holds no
 /// privilege on any of them; setting a role up revokes what an earlier
 /// version of this tool granted.
 pub use adk_postgres_schema::names::STORE_TABLES;
 
-/// Everything a service role may do: the store's operations, plus premaking
-/// today's partition when an append finds it missing.
-pub const STORE_FUNCTIONS: [&str; 10] = [
-    "adk_create_session",
-    "adk_load_session",
-    "adk_load_events",
-    "adk_list_sessions",
-    "adk_delete_session",
-    "adk_append_event",
-    "adk_rollover_session",
-    "adk_find_sessions",
-    "adk_rewind_session",
-    "adk_premake_event_partitions",
-];
+/// Everything a service role may do: the functions the store calls, each
+/// with its typed wrapper ([`crate::functions::SIGNATURES`]), so the grant
+/// follows the wrappers and a test holds both to the migrations.
+pub const STORE_FUNCTIONS: [&str; SIGNATURES.len()] = {
+    let mut names = [""; SIGNATURES.len()];
+    let mut i = 0;
+    while i < SIGNATURES.len() {
+        names[i] = SIGNATURES[i].name;
+        i += 1;
+    }
+    names
+};
+
+/// Why setting a service role up, or reading it, failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceRoleError {
+    /// A role name, app name or password was refused; `field` names which.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: &'static str, reason: String },
+    /// Row-level security would not restrict the role, so binding it to
+    /// apps would promise an isolation it does not have.
+    #[error(
+        "role {role} is exempt from row-level security (superuser, BYPASSRLS or owner of the tables); \
+         the service must run as a role that is none of these"
+    )]
+    Unrestricted { role: String },
+    #[error("role {role} was dropped while being set up")]
+    Dropped { role: String },
+    #[error("the database is not migrated: {0}")]
+    NotMigrated(String),
+    /// A grant kept waiting for its lock past the lock timeout on every
+    /// attempt; the store's traffic never queued behind it for longer.
+    #[error("gave up after {attempts} attempts waiting for a lock: {statement}")]
+    LockTimeout { statement: String, attempts: u32 },
+    #[error("could not connect: {0}")]
+    Connect(#[from] diesel::ConnectionError),
+    #[error("{context}: {source}")]
+    Query {
+        context: String,
+        #[source]
+        source: diesel::result::Error,
+    },
+}
+
+impl ServiceRoleError {
+    fn query(context: &'static str) -> impl FnOnce(diesel::result::Error) -> Self {
+        move |source| Self::Query { context: context.to_owned(), source }
+    }
+}
 
 /// Which apps a role may act for after setup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -103,6 +146,31 @@ pub struct ServiceRoleReport {
     pub bindings: RoleBindings,
 }
 
+impl std::fmt::Display for ServiceRoleReport {
+    /// What `adk-pg service-role` prints after setting a role up.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let role = &self.role;
+        if self.created {
+            writeln!(f, "created role {role}")?;
+        }
+        if self.password_set {
+            writeln!(f, "set its password (only the SCRAM-SHA-256 verifier was sent)")?;
+        }
+        writeln!(f, "{role} may execute {}; it holds no table privilege", self.granted.join(", "))?;
+        for app in &self.bound {
+            writeln!(f, "bound to {}", app.as_deref().unwrap_or("every app"))?;
+        }
+        for app in &self.unbound {
+            writeln!(f, "unbound from {}", app.as_deref().unwrap_or("every app"))?;
+        }
+        writeln!(f, "{role} acts for: {}", self.bindings)?;
+        if self.bindings.is_empty() {
+            writeln!(f, "WARNING: {role} is bound to no app and can act for none; add --app APP")?;
+        }
+        write!(f, "connect the service as {role} with a tenant scope (see README, Security)")
+    }
+}
+
 /// One change to a role's bindings, as the log recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, QueryableByName)]
 pub struct BindingChange {
@@ -154,26 +222,29 @@ struct PrivilegeRow {
     privilege: String,
 }
 
-fn check_role_name(role: &str) -> Result<(), OpsError> {
+fn check_role_name(role: &str) -> Result<(), ServiceRoleError> {
     if role.is_empty() || role.len() > 63 || role.contains('\0') {
-        return Err(OpsError::InvalidInput { field: "role", reason: "must be 1 to 63 bytes without NUL".into() });
+        return Err(ServiceRoleError::InvalidInput {
+            field: "role",
+            reason: "must be 1 to 63 bytes without NUL".into(),
+        });
     }
     Ok(())
 }
 
 /// Validates the apps to bind with the store's own rule for app names, so a
 /// role is never bound to a spelling no store call could use.
-fn checked_apps(apps: &[String]) -> Result<Vec<String>, OpsError> {
+fn checked_apps(apps: &[String]) -> Result<Vec<String>, ServiceRoleError> {
     let mut checked = Vec::with_capacity(apps.len());
     for app in apps {
-        let app =
-            AppName::new(app.as_str()).map_err(|e| OpsError::InvalidInput { field: "app", reason: e.to_string() })?;
+        let app = AppName::new(app.as_str())
+            .map_err(|e| ServiceRoleError::InvalidInput { field: "app", reason: e.to_string() })?;
         if !checked.iter().any(|a: &String| a == app.as_str()) {
             checked.push(app.as_str().to_owned());
         }
     }
     if checked.is_empty() {
-        return Err(OpsError::InvalidInput {
+        return Err(ServiceRoleError::InvalidInput {
             field: "app",
             reason: "name at least one app, or bind the role to every app explicitly".into(),
         });
@@ -181,7 +252,7 @@ fn checked_apps(apps: &[String]) -> Result<Vec<String>, OpsError> {
     Ok(checked)
 }
 
-async fn inspect_role(conn: &mut AsyncPgConnection, role: &str) -> Result<Option<RoleRow>, OpsError> {
+async fn inspect_role(conn: &mut AsyncPgConnection, role: &str) -> Result<Option<RoleRow>, ServiceRoleError> {
     let rows = diesel::sql_query(
         "SELECT r.oid, r.rolsuper AS superuser, r.rolbypassrls AS bypass_rls,
                 EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = to_regclass('adk_sessions')
@@ -191,20 +262,20 @@ async fn inspect_role(conn: &mut AsyncPgConnection, role: &str) -> Result<Option
     .bind::<Text, _>(role)
     .load::<RoleRow>(conn)
     .await
-    .map_err(OpsError::query("look the role up"))?;
+    .map_err(ServiceRoleError::query("look the role up"))?;
     Ok(rows.into_iter().next())
 }
 
 /// The SCRAM-SHA-256 verifier of `password`, checked to be plain ASCII
 /// without quotes or backslashes, so the literal carrying it means the same
 /// whatever `standard_conforming_strings` is.
-fn password_verifier(password: &str) -> Result<String, OpsError> {
+fn password_verifier(password: &str) -> Result<String, ServiceRoleError> {
     if password.is_empty() {
-        return Err(OpsError::InvalidInput { field: "password", reason: "must not be empty".into() });
+        return Err(ServiceRoleError::InvalidInput { field: "password", reason: "must not be empty".into() });
     }
     let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
     if !verifier.bytes().all(|b| b.is_ascii_alphanumeric() || b"$:+/=-".contains(&b)) {
-        return Err(OpsError::InvalidInput {
+        return Err(ServiceRoleError::InvalidInput {
             field: "password",
             reason: "its SCRAM verifier has an unexpected character".into(),
         });
@@ -220,16 +291,15 @@ pub async fn setup_service_role(
     database_url: &str,
     role: &str,
     options: &ServiceRoleOptions,
-) -> Result<ServiceRoleReport, OpsError> {
+) -> Result<ServiceRoleReport, ServiceRoleError> {
     check_role_name(role)?;
     let apps = match &options.apps {
         AppBinding::Apps(apps) => Some(checked_apps(apps)?),
         AppBinding::Keep | AppBinding::AllApps => None,
     };
     let verifier = options.password.as_deref().map(password_verifier).transpose()?;
-    let policy = LockPolicy::default();
-    let mut conn = connect(database_url, "adk-pg service-role", &policy).await?;
-    let schema = quote_ident(&events_schema(&mut conn).await?);
+    let mut conn = connect(database_url).await?;
+    let schema = quote_ident(&store_schema(&mut conn).await?);
     let quoted_role = quote_ident(role);
     let mut report = ServiceRoleReport { role: role.to_owned(), ..ServiceRoleReport::default() };
 
@@ -237,7 +307,10 @@ pub async fn setup_service_role(
         Some(row) => row,
         None => {
             if !options.create {
-                return Err(OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") });
+                return Err(ServiceRoleError::InvalidInput {
+                    field: "role",
+                    reason: format!("role {role} does not exist"),
+                });
             }
             // Two setups racing: the loser's CREATE fails, and finds the
             // winner's role when it looks again.
@@ -249,32 +322,29 @@ pub async fn setup_service_role(
                     row
                 }
                 (Err(_), Some(row)) => row,
-                (Err(e), None) => return Err(OpsError::Query { context: format!("create role {role}"), source: e }),
-                (Ok(()), None) => {
-                    return Err(OpsError::Conflict(format!("role {role} was dropped while being set up")));
+                (Err(e), None) => {
+                    return Err(ServiceRoleError::Query { context: format!("create role {role}"), source: e });
                 }
+                (Ok(()), None) => return Err(ServiceRoleError::Dropped { role: role.to_owned() }),
             }
         }
     };
     if row.superuser || row.bypass_rls || row.owns_tables {
-        return Err(OpsError::Conflict(format!(
-            "role {role} is exempt from row-level security (superuser, BYPASSRLS or owner of the tables); \
-             the service must run as a role that is none of these"
-        )));
+        return Err(ServiceRoleError::Unrestricted { role: role.to_owned() });
     }
     if let Some(verifier) = verifier {
         conn.batch_execute(&format!("ALTER ROLE {quoted_role} PASSWORD '{verifier}'"))
             .await
-            .map_err(OpsError::query("set the role's password"))?;
+            .map_err(ServiceRoleError::query("set the role's password"))?;
         report.password_set = true;
     }
 
-    ddl(&mut conn, &format!("GRANT USAGE ON SCHEMA {schema} TO {quoted_role}"), &policy).await?;
+    ddl(&mut conn, &format!("GRANT USAGE ON SCHEMA {schema} TO {quoted_role}")).await?;
     let tables = STORE_TABLES.iter().map(|t| format!("{schema}.{}", quote_ident(t))).collect::<Vec<_>>().join(", ");
-    ddl(&mut conn, &format!("REVOKE ALL ON {tables} FROM {quoted_role}"), &policy).await?;
+    ddl(&mut conn, &format!("REVOKE ALL ON {tables} FROM {quoted_role}")).await?;
     let functions =
         STORE_FUNCTIONS.iter().map(|f| format!("{schema}.{}", quote_ident(f))).collect::<Vec<_>>().join(", ");
-    ddl(&mut conn, &format!("GRANT EXECUTE ON FUNCTION {functions} TO {quoted_role}"), &policy).await?;
+    ddl(&mut conn, &format!("GRANT EXECUTE ON FUNCTION {functions} TO {quoted_role}")).await?;
     report.granted = STORE_FUNCTIONS.iter().map(|f| (*f).to_owned()).collect();
 
     let role_oid = row.oid;
@@ -318,7 +388,7 @@ pub async fn setup_service_role(
                 ))
             })
             .await
-            .map_err(OpsError::query("bind the role to its apps"))?,
+            .map_err(ServiceRoleError::query("bind the role to its apps"))?,
     };
     report.bound = bound;
     report.unbound = unbound;
@@ -326,13 +396,13 @@ pub async fn setup_service_role(
     Ok(report)
 }
 
-async fn read_bindings(conn: &mut AsyncPgConnection, role_oid: u32) -> Result<RoleBindings, OpsError> {
+async fn read_bindings(conn: &mut AsyncPgConnection, role_oid: u32) -> Result<RoleBindings, ServiceRoleError> {
     let rows =
         diesel::sql_query("SELECT app_name FROM adk_role_apps WHERE role_oid = $1 ORDER BY app_name NULLS FIRST")
             .bind::<Oid, _>(role_oid)
             .load::<BindingRow>(conn)
             .await
-            .map_err(OpsError::query("read the role's bindings"))?;
+            .map_err(ServiceRoleError::query("read the role's bindings"))?;
     let mut bindings = RoleBindings::default();
     for row in rows {
         match row.app_name {
@@ -345,13 +415,14 @@ async fn read_bindings(conn: &mut AsyncPgConnection, role_oid: u32) -> Result<Ro
 
 /// The apps `role` is bound to, the log of changes to them, and any direct
 /// table privilege it holds (there should be none).
-pub async fn show_service_role(database_url: &str, role: &str) -> Result<ServiceRoleView, OpsError> {
+pub async fn show_service_role(database_url: &str, role: &str) -> Result<ServiceRoleView, ServiceRoleError> {
     check_role_name(role)?;
-    let mut conn = connect(database_url, "adk-pg service-role", &LockPolicy::default()).await?;
-    let schema = events_schema(&mut conn).await?;
-    let row = inspect_role(&mut conn, role)
-        .await?
-        .ok_or_else(|| OpsError::InvalidInput { field: "role", reason: format!("role {role} does not exist") })?;
+    let mut conn = connect(database_url).await?;
+    let schema = store_schema(&mut conn).await?;
+    let row = inspect_role(&mut conn, role).await?.ok_or_else(|| ServiceRoleError::InvalidInput {
+        field: "role",
+        reason: format!("role {role} does not exist"),
+    })?;
     let bindings = read_bindings(&mut conn, row.oid).await?;
     let changes = diesel::sql_query(
         "SELECT changed_at, changed_by::text AS changed_by, app_name, change FROM adk_role_app_changes
@@ -360,7 +431,7 @@ pub async fn show_service_role(database_url: &str, role: &str) -> Result<Service
     .bind::<Oid, _>(row.oid)
     .load::<BindingChange>(&mut conn)
     .await
-    .map_err(OpsError::query("read the role's binding changes"))?;
+    .map_err(ServiceRoleError::query("read the role's binding changes"))?;
     let table_privileges = diesel::sql_query(
         "SELECT t.name || ' ' || p.privilege AS privilege
          FROM unnest($2::text[]) t(name)
@@ -373,11 +444,73 @@ pub async fn show_service_role(database_url: &str, role: &str) -> Result<Service
     .bind::<Text, _>(&schema)
     .load::<PrivilegeRow>(&mut conn)
     .await
-    .map_err(OpsError::query("read the role's table privileges"))?
+    .map_err(ServiceRoleError::query("read the role's table privileges"))?
     .into_iter()
     .map(|r| r.privilege)
     .collect();
     Ok(ServiceRoleView { role: role.to_owned(), bindings, changes, table_privileges })
+}
+
+/// Longest a grant queues for its lock, and how often it tries: queued, it
+/// would hold up every newer query on the table, so the wait stays short.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+const LOCK_ATTEMPTS: u32 = 6;
+/// Pause after the first lock wait that timed out; doubles each time.
+const LOCK_BACKOFF: Duration = Duration::from_millis(200);
+
+/// A connection of its own, in autocommit, under the short lock timeout;
+/// no statement timeout, because a role's own default must not cut setup
+/// short.
+async fn connect(database_url: &str) -> Result<AsyncPgConnection, ServiceRoleError> {
+    let mut conn = AsyncPgConnection::establish(database_url).await?;
+    let setup = format!(
+        "SET application_name = {}; SET statement_timeout = 0; SET lock_timeout = {}",
+        quote_literal("adk-pg service-role"),
+        LOCK_TIMEOUT.as_millis()
+    );
+    conn.batch_execute(&setup).await.map_err(ServiceRoleError::query("configure the connection"))?;
+    Ok(conn)
+}
+
+#[derive(QueryableByName)]
+struct SchemaRow {
+    #[diesel(sql_type = Text)]
+    schema: String,
+}
+
+/// The schema the store's tables (and so its functions) live in.
+async fn store_schema(conn: &mut AsyncPgConnection) -> Result<String, ServiceRoleError> {
+    let rows = diesel::sql_query(
+        "SELECT n.nspname::text AS schema FROM pg_namespace n
+         JOIN pg_class c ON c.relnamespace = n.oid WHERE c.oid = to_regclass('adk_events')",
+    )
+    .load::<SchemaRow>(conn)
+    .await
+    .map_err(ServiceRoleError::query("find adk_events"))?;
+    rows.into_iter()
+        .next()
+        .map(|row| row.schema)
+        .ok_or_else(|| ServiceRoleError::NotMigrated("table adk_events does not exist".into()))
+}
+
+/// Runs a grant or revoke, trying again after a pause when it times out
+/// waiting for a lock or loses a deadlock, up to [`LOCK_ATTEMPTS`] times.
+async fn ddl(conn: &mut AsyncPgConnection, statement: &str) -> Result<(), ServiceRoleError> {
+    let mut pause = LOCK_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        let Err(error) = conn.batch_execute(statement).await else { return Ok(()) };
+        if !matches!(classify(&error), PgFailure::LockTimeout | PgFailure::Deadlock) {
+            return Err(ServiceRoleError::Query { context: statement.to_owned(), source: error });
+        }
+        if attempt >= LOCK_ATTEMPTS {
+            return Err(ServiceRoleError::LockTimeout { statement: statement.to_owned(), attempts: LOCK_ATTEMPTS });
+        }
+        tracing::warn!(statement, attempt, "lock wait timed out; retrying");
+        tokio::time::sleep(pause).await;
+        pause = pause.saturating_mul(2);
+        attempt += 1;
+    }
 }
 
 #[cfg(test)]
@@ -396,7 +529,7 @@ mod tests {
     #[test]
     fn apps_are_checked_and_deduplicated() {
         assert_eq!(checked_apps(&["a".into(), "a".into(), "b".into()]).expect("apps"), vec!["a", "b"]);
-        assert!(matches!(checked_apps(&[]), Err(OpsError::InvalidInput { field: "app", .. })));
-        assert!(matches!(checked_apps(&[String::new()]), Err(OpsError::InvalidInput { field: "app", .. })));
+        assert!(matches!(checked_apps(&[]), Err(ServiceRoleError::InvalidInput { field: "app", .. })));
+        assert!(matches!(checked_apps(&[String::new()]), Err(ServiceRoleError::InvalidInput { field: "app", .. })));
     }
 }

@@ -1,0 +1,535 @@
+//! The typed contract between the store and its SQL functions: one wrapper
+//! per function, declared once with its arguments and result columns.
+//!
+//! Why functions at all: each store operation is one round trip and one
+//! statement, whatever it does inside, and a service role may execute them
+//! (they are `SECURITY DEFINER`) without holding any privilege on the
+//! tables (docs/ARCHITECTURE.md, "Why each SQL function exists").
+//!
+//! Each wrapper binds its arguments in declaration order and selects its
+//! result columns by name; [`SIGNATURES`] lists both, and the test
+//! `crates/storage/tests/sql_contract.rs` compares them with `pg_proc`, so a
+//! migration that changes a signature without its wrapper (or the reverse)
+//! fails the suite. Result rows decode their outcome column into enums, and
+//! rows whose columns mirror a table take their SQL types from the generated
+//! `adk_postgres_schema::tables`, checked at compile time.
+//!
+//! The statements are fixed texts with every value bound, so they are safe
+//! for diesel-async to keep prepared per connection (diesel's `sql_query`
+//! would re-parse and re-plan on every call: two round trips instead of one).
+
+use chrono::{DateTime, Utc};
+use diesel::QueryResult;
+use diesel::data_types::PgInterval;
+use diesel::deserialize::FromSql;
+use diesel::pg::{Pg, PgValue};
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Integer, Interval, Jsonb, Nullable, Text, Timestamptz, Untyped};
+use serde_json::Value;
+
+/// One SQL function as `pg_proc` should describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signature {
+    pub name: &'static str,
+    /// Input arguments, in order: name and type as `format_type` spells it.
+    pub arguments: &'static [(&'static str, &'static str)],
+    /// Result columns: name and type. A function returning a single value
+    /// has one column named after the function.
+    pub columns: &'static [(&'static str, &'static str)],
+}
+
+/// The SQL type of a bound argument, and how a value of it is bound.
+pub(crate) trait ArgType {
+    type Value<'a>: std::fmt::Debug;
+    /// The type as PostgreSQL's `format_type` prints it.
+    const PG_TYPE: &'static str;
+    fn bind<'b>(value: &'b Self::Value<'_>, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()>;
+}
+
+macro_rules! arg_types {
+    ($($name:ident: $value:ty as $sql:ty = $pg:literal;)*) => {$(
+        #[derive(Debug)]
+        pub(crate) struct $name;
+        impl ArgType for $name {
+            type Value<'a> = $value;
+            const PG_TYPE: &'static str = $pg;
+            fn bind<'b>(value: &'b Self::Value<'_>, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+                out.push_bind_param::<$sql, _>(value)
+            }
+        }
+    )*};
+}
+
+arg_types! {
+    TextArg: &'a str as Text = "text";
+    OptTextArg: Option<&'a str> as Nullable<Text> = "text";
+    JsonArg: &'a Value as Jsonb = "jsonb";
+    BigIntArg: i64 as BigInt = "bigint";
+    OptBigIntArg: Option<i64> as Nullable<BigInt> = "bigint";
+    IntArg: i32 as Integer = "integer";
+    OptTimestamptzArg: Option<DateTime<Utc>> as Nullable<Timestamptz> = "timestamp with time zone";
+    OptIntervalArg: Option<PgInterval> as Nullable<Interval> = "interval";
+}
+
+/// The arguments every per-session function starts with: the app the store
+/// acts for (checked against the role's bindings) and the session's key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyArgs<'a> {
+    pub tenant: Option<&'a str>,
+    pub app_name: &'a str,
+    pub user_id: &'a str,
+    pub session_id: &'a str,
+}
+
+const KEY_ARGUMENTS: [(&str, &str); 4] =
+    [("p_tenant", "text"), ("p_app_name", "text"), ("p_user_id", "text"), ("p_session_id", "text")];
+
+impl KeyArgs<'_> {
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_bind_param::<Nullable<Text>, _>(&self.tenant)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.app_name)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.session_id)
+    }
+}
+
+/// `const` concatenation of a list of names with `", "` between them.
+macro_rules! joined {
+    ($first:ident $(, $rest:ident)*) => { concat!(stringify!($first) $(, ", ", stringify!($rest))*) };
+}
+
+/// Declares one wrapper: a struct of its arguments (after the session key,
+/// when it takes one), its result row, its statement and its signature.
+macro_rules! store_function {
+    (
+        $(#[doc = $doc:literal])*
+        $wrapper:ident => $function:ident($([$key:ident])? $($arg:ident: $ty:ident),* $(,)?)
+            -> $row:ident { $($column:ident: $pg:literal),+ $(,)? }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug)]
+        pub(crate) struct $wrapper<'a> {
+            $(pub $key: KeyArgs<'a>,)?
+            $(pub $arg: <$ty as ArgType>::Value<'a>,)*
+        }
+
+        impl $wrapper<'_> {
+            pub(crate) const SIGNATURE: Signature = Signature {
+                name: stringify!($function),
+                arguments: &{
+                    #[allow(unused_mut, unused_assignments)]
+                    const fn arguments() -> [(&'static str, &'static str); store_function!(@count $($key $key $key $key)? $($arg)*)] {
+                        let mut all = [("", ""); store_function!(@count $($key $key $key $key)? $($arg)*)];
+                        let mut i = 0;
+                        $(
+                            let _ = stringify!($key);
+                            while i < KEY_ARGUMENTS.len() {
+                                all[i] = KEY_ARGUMENTS[i];
+                                i += 1;
+                            }
+                        )?
+                        $(
+                            all[i] = (concat!("p_", stringify!($arg)), <$ty as ArgType>::PG_TYPE);
+                            i += 1;
+                        )*
+                        all
+                    }
+                    arguments()
+                },
+                columns: &[$((stringify!($column), $pg)),+],
+            };
+        }
+
+        impl QueryFragment<Pg> for $wrapper<'_> {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+                out.push_sql(concat!("SELECT ", joined!($($column),+), " FROM ", stringify!($function), "("));
+                #[allow(unused_mut, unused_assignments)]
+                let mut first = true;
+                $(
+                    self.$key.bind(&mut out)?;
+                    first = false;
+                )?
+                $(
+                    if !first {
+                        out.push_sql(", ");
+                    }
+                    <$ty as ArgType>::bind(&self.$arg, &mut out)?;
+                    first = false;
+                )*
+                let _ = first;
+                out.push_sql(")");
+                Ok(())
+            }
+        }
+
+        impl QueryId for $wrapper<'_> {
+            type QueryId = ();
+            // The text is fixed per wrapper, so the statement cache keys it by its SQL.
+            const HAS_STATIC_QUERY_ID: bool = false;
+        }
+
+        impl Query for $wrapper<'_> {
+            type SqlType = Untyped;
+        }
+
+    };
+    (@count) => { 0 };
+    (@count $head:tt $($tail:tt)*) => { 1 + store_function!(@count $($tail)*) };
+}
+
+/// Declares an outcome column's values; an unknown value fails decoding
+/// (a store function newer than this code), naming what it got.
+macro_rules! outcome {
+    ($(#[doc = $doc:literal])* $name:ident { $($(#[doc = $vdoc:literal])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, diesel::deserialize::FromSqlRow)]
+        pub(crate) enum $name {
+            $($(#[doc = $vdoc])* $variant),+
+        }
+
+        impl FromSql<Text, Pg> for $name {
+            fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
+                let text = value.as_bytes();
+                $(if text == $text.as_bytes() {
+                    return Ok(Self::$variant);
+                })+
+                Err(format!(concat!(stringify!($name), ": unknown outcome {:?}"), String::from_utf8_lossy(text)).into())
+            }
+        }
+    };
+}
+
+outcome! {
+    /// What `adk_append_event` did.
+    AppendOutcome {
+        Stored = "stored",
+        /// The same event was stored before; the stored one is returned.
+        Replayed = "replayed",
+        /// Another event with this id was stored before.
+        Duplicate = "duplicate",
+        Stale = "stale",
+        NotFound = "not_found",
+        Closed = "closed",
+        TooOld = "too_old",
+    }
+}
+
+outcome! {
+    /// What `adk_rollover_session` did.
+    RolloverOutcome {
+        /// Closed with this successor, now or by an earlier call.
+        Rolled = "rolled",
+        NotFound = "not_found",
+        Closed = "closed",
+        /// The successor's id is taken.
+        Exists = "exists",
+    }
+}
+
+outcome! {
+    /// What `adk_rewind_session` did.
+    RewindOutcome {
+        Rewound = "rewound",
+        NotFound = "not_found",
+        Stale = "stale",
+        /// The session has fewer events than asked to keep.
+        Beyond = "beyond",
+    }
+}
+
+use adk_postgres_schema::tables::adk_sessions;
+
+store_function! {
+    /// Creates the session and merges the initial app and user state in one
+    /// statement; no row when the id is taken.
+    CreateSession => adk_create_session([key] state: JsonArg, ttl: OptIntervalArg, user_delta: JsonArg, app_delta: JsonArg)
+        -> CreatedRow {
+            created_at: "timestamp with time zone",
+            updated_at: "timestamp with time zone",
+            expires_at: "timestamp with time zone",
+            user_state: "jsonb",
+            app_state: "jsonb",
+        }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(table_name = adk_sessions, check_for_backend(Pg))]
+pub(crate) struct CreatedRow {
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub app_state: Option<Value>,
+}
+
+store_function! {
+    /// The live session with the live app and user state, then its events
+    /// (up to the version read, the newest `limit` of them, from the one
+    /// partition of its day), in one snapshot and one round trip. No row
+    /// when missing, expired or not the tenant's.
+    GetSession => adk_get_session([key] after_ts: OptBigIntArg, limit: OptBigIntArg)
+        -> GetRow {
+            state: "jsonb",
+            last_seq: "bigint",
+            session_day: "date",
+            created_at: "timestamp with time zone",
+            updated_at: "timestamp with time zone",
+            expires_at: "timestamp with time zone",
+            closed_at: "timestamp with time zone",
+            successor_id: "text",
+            user_state: "jsonb",
+            app_state: "jsonb",
+            payload: "jsonb",
+        }
+}
+
+/// A row of `adk_get_session`: the first carries the session (and no
+/// payload), every other one an event (and nothing else).
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct GetRow {
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub state: Option<Value>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub last_seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub created_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub updated_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub closed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub successor_id: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub app_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub payload: Option<StoredEvent>,
+}
+
+/// An event read straight from jsonb's bytes, without a `serde_json::Value`
+/// in between: a get of a thousand events parses each payload once.
+#[derive(Debug, diesel::deserialize::FromSqlRow)]
+pub(crate) struct StoredEvent(pub adk_postgres_domain::Event);
+
+impl FromSql<Jsonb, Pg> for StoredEvent {
+    fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        // Binary jsonb is a version byte (1) followed by the JSON text.
+        match value.as_bytes().split_first() {
+            Some((1, text)) => {
+                serde_json::from_slice(text).map(Self).map_err(|e| format!("stored event is corrupt: {e}").into())
+            }
+            _ => Err("unsupported jsonb version".into()),
+        }
+    }
+}
+
+store_function! {
+    /// One keyset page of a user's live sessions, newest first; the app and
+    /// user state come once, on the first row.
+    ListSessions => adk_list_sessions(tenant: OptTextArg, app_name: TextArg, user_id: TextArg, after_time: OptTimestamptzArg, after_id: OptTextArg, limit: BigIntArg)
+        -> SummaryRow {
+            session_id: "text",
+            state: "jsonb",
+            last_seq: "bigint",
+            created_at: "timestamp with time zone",
+            updated_at: "timestamp with time zone",
+            expires_at: "timestamp with time zone",
+            user_state: "jsonb",
+            app_state: "jsonb",
+        }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(table_name = adk_sessions, check_for_backend(Pg))]
+pub(crate) struct SummaryRow {
+    pub session_id: String,
+    pub state: Value,
+    pub last_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub app_state: Option<Value>,
+}
+
+store_function! {
+    /// Deletes the session; its events go with it through the cascading key
+    /// on one partition.
+    DeleteSession => adk_delete_session([key]) -> DeletedRow { adk_delete_session: "bigint" }
+}
+
+#[derive(diesel::QueryableByName)]
+pub(crate) struct DeletedRow {
+    /// How many sessions were deleted (0 or 1).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    #[allow(dead_code)]
+    pub adk_delete_session: Option<i64>,
+}
+
+store_function! {
+    /// Locks, checks, sequences, inserts and merges state in one round trip,
+    /// or says which check refused the append.
+    AppendEvent => adk_append_event(
+        [key]
+        event_id: TextArg,
+        invocation_id: OptTextArg,
+        author: TextArg,
+        event_ts: BigIntArg,
+        payload: JsonArg,
+        session_delta: JsonArg,
+        user_delta: JsonArg,
+        app_delta: JsonArg,
+        expected_seq: OptBigIntArg,
+        max_lifetime: OptIntervalArg,
+    ) -> AppendRow {
+        outcome: "text",
+        seq: "bigint",
+        session_day: "date",
+        updated_at: "timestamp with time zone",
+        payload: "jsonb",
+        successor_id: "text",
+        max_lifetime: "interval",
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct AppendRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: AppendOutcome,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub updated_at: Option<DateTime<Utc>>,
+    /// The stored event, on a replay.
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub payload: Option<Value>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub successor_id: Option<String>,
+    /// The lifetime a `too_old` session was held to: the policy's, or the
+    /// client's shorter one.
+    #[diesel(sql_type = Nullable<Interval>)]
+    pub max_lifetime: Option<PgInterval>,
+}
+
+store_function! {
+    /// Closes the session and opens its successor with the summary event as
+    /// its first, atomically; a retry finds it already done.
+    RolloverSession => adk_rollover_session(
+        [key]
+        successor_id: TextArg,
+        event_id: TextArg,
+        invocation_id: OptTextArg,
+        author: TextArg,
+        event_ts: BigIntArg,
+        payload: JsonArg,
+        ttl: OptIntervalArg,
+    ) -> RolloverRow {
+        outcome: "text",
+        state: "jsonb",
+        created_at: "timestamp with time zone",
+        updated_at: "timestamp with time zone",
+        expires_at: "timestamp with time zone",
+        successor_id: "text",
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct RolloverRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: RolloverOutcome,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub successor_id: Option<String>,
+}
+
+store_function! {
+    /// Drops the events after `keep` and rebuilds the session state from the
+    /// initial state and the kept deltas, in one transaction.
+    RewindSession => adk_rewind_session([key] keep: BigIntArg, expected_seq: OptBigIntArg)
+        -> RewindRow { outcome: "text", seq: "bigint" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct RewindRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: RewindOutcome,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+}
+
+store_function! {
+    /// The live sessions with an id, across users and the apps the role may
+    /// see, without reading any row it may not.
+    FindSessions => adk_find_sessions(tenant: OptTextArg, session_id: TextArg, limit: IntArg)
+        -> FoundRow { app_name: "text", user_id: "text" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(table_name = adk_sessions, check_for_backend(Pg))]
+pub(crate) struct FoundRow {
+    pub app_name: String,
+    pub user_id: String,
+}
+
+/// Makes the policy's missing event partitions as the tables' owner: the
+/// one DDL a service role may cause, when an append finds today's partition
+/// missing. Written out because it takes no argument (the macro's wrappers
+/// borrow theirs).
+#[derive(Debug)]
+pub(crate) struct PremakeEventPartitions;
+
+impl PremakeEventPartitions {
+    pub(crate) const SIGNATURE: Signature = Signature {
+        name: "adk_premake_event_partitions",
+        arguments: &[],
+        columns: &[("adk_premake_event_partitions", "integer")],
+    };
+}
+
+impl QueryFragment<Pg> for PremakeEventPartitions {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("SELECT adk_premake_event_partitions FROM adk_premake_event_partitions()");
+        Ok(())
+    }
+}
+
+impl QueryId for PremakeEventPartitions {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl Query for PremakeEventPartitions {
+    type SqlType = Untyped;
+}
+
+#[derive(diesel::QueryableByName)]
+pub(crate) struct PremadeRow {
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub adk_premake_event_partitions: Option<i32>,
+}
+
+/// Every function the store calls: exactly what a service role may execute.
+pub const SIGNATURES: [Signature; 9] = [
+    CreateSession::SIGNATURE,
+    GetSession::SIGNATURE,
+    ListSessions::SIGNATURE,
+    DeleteSession::SIGNATURE,
+    AppendEvent::SIGNATURE,
+    RolloverSession::SIGNATURE,
+    RewindSession::SIGNATURE,
+    FindSessions::SIGNATURE,
+    PremakeEventPartitions::SIGNATURE,
+];
