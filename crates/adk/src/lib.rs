@@ -1,4 +1,4 @@
-//! The adk-rust room of adk-postgres: [`PgSessionService`] implements
+//! The adk-rust adapter of adk-postgres: [`PgSessionService`] implements
 //! `adk_session::SessionService` on the adk-postgres store, so an
 //! `adk-runner` `Runner` keeps its conversations in PostgreSQL unchanged.
 //!

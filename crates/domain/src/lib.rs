@@ -1,4 +1,4 @@
-//! The domain room of adk-postgres: what a session, an event and a state
+//! The contract of adk-postgres: what a session, an event and a state
 //! scope are, what the store promises ([`SessionStore`]), its errors, and an
 //! in-memory store that keeps the same promises.
 //!

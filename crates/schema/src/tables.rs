@@ -43,6 +43,28 @@ diesel::table! {
 }
 
 diesel::table! {
+    adk_store_policy (id) {
+        id -> Bool,
+        max_session_lifetime -> Interval,
+        retention -> Interval,
+        default_ttl -> Nullable<Interval>,
+        premake_days -> Int4,
+        updated_at -> Timestamptz,
+        updated_by -> Text,
+    }
+}
+
+diesel::table! {
+    adk_store_policy_changes (change_id) {
+        change_id -> Int8,
+        changed_at -> Timestamptz,
+        changed_by -> Text,
+        before -> Jsonb,
+        after -> Jsonb,
+    }
+}
+
+diesel::table! {
     adk_user_states (app_name, user_id) {
         app_name -> Text,
         user_id -> Text,
@@ -51,4 +73,11 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(adk_app_states, adk_events, adk_sessions, adk_user_states);
+diesel::allow_tables_to_appear_in_same_query!(
+    adk_app_states,
+    adk_events,
+    adk_sessions,
+    adk_store_policy,
+    adk_store_policy_changes,
+    adk_user_states
+);

@@ -1,6 +1,13 @@
 //! The runtime store of adk-postgres: the connection pool, the store's
 //! policy, and the [`PgSessionStore`] that implements the domain's
-//! `SessionStore` contract by calling the store's SQL functions.
+//! `SessionStore` contract by calling the store's SQL functions, each
+//! through a typed wrapper ([`functions`]). Also here: setting up the
+//! service roles that may call those functions and nothing else
+//! ([`tenancy`]), and the one classifier of PostgreSQL failures
+//! ([`pg_error`]).
+//!
+//! It must not depend on the adk adapter, the operations crate or any
+//! binary; a service links it to store sessions and nothing more.
 //!
 //! The layout it relies on (migrations, typed tables, shared names) is the
 //! `adk-postgres-schema` crate's. Nothing outside these two crates depends

@@ -15,11 +15,13 @@
 use std::time::Duration;
 
 use adk_postgres_domain::{StoreError, StorePolicy};
+use adk_postgres_schema::tables::{adk_store_policy, adk_store_policy_changes};
 use chrono::{DateTime, Utc};
-use diesel::QueryableByName;
 use diesel::data_types::PgInterval;
+use diesel::pg::Pg;
+use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel::sql_types::{BigInt, Integer, Interval, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Integer, Interval, Nullable};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
@@ -103,15 +105,14 @@ fn same_value(a: &Value, b: &Value) -> bool {
     }
 }
 
-#[derive(QueryableByName)]
+/// The policy row; its types come from the generated schema, checked when
+/// this compiles.
+#[derive(QueryableByName, Queryable, Selectable)]
+#[diesel(table_name = adk_store_policy, check_for_backend(Pg))]
 struct PolicyRow {
-    #[diesel(sql_type = Interval)]
     max_session_lifetime: PgInterval,
-    #[diesel(sql_type = Interval)]
     retention: PgInterval,
-    #[diesel(sql_type = Nullable<Interval>)]
     default_ttl: Option<PgInterval>,
-    #[diesel(sql_type = Integer)]
     premake_days: i32,
 }
 
@@ -127,17 +128,13 @@ impl PolicyRow {
     }
 }
 
-#[derive(QueryableByName)]
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = adk_store_policy_changes, check_for_backend(Pg))]
 struct ChangeRow {
-    #[diesel(sql_type = BigInt)]
     change_id: i64,
-    #[diesel(sql_type = Timestamptz)]
     changed_at: DateTime<Utc>,
-    #[diesel(sql_type = Text)]
     changed_by: String,
-    #[diesel(sql_type = Jsonb)]
     before: Value,
-    #[diesel(sql_type = Jsonb)]
     after: Value,
 }
 
@@ -232,7 +229,11 @@ const COLUMNS: &str = "max_session_lifetime, retention, default_ttl, premake_day
 
 /// The policy in force.
 pub async fn read_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, StoreError> {
-    diesel::sql_query(format!("SELECT {COLUMNS} FROM adk_store_policy WHERE id"))
+    // The owner's read of a plain table: diesel's query builder, kept
+    // prepared, one round trip.
+    adk_store_policy::table
+        .filter(adk_store_policy::id)
+        .select(PolicyRow::as_select())
         .load::<PolicyRow>(conn)
         .await
         .map_err(from_policy_error)?
@@ -311,14 +312,13 @@ pub async fn policy_changes(conn: &mut AsyncPgConnection, limit: i64) -> Result<
     if limit < 1 {
         return Err(StoreError::invalid("limit", "must be at least 1"));
     }
-    let rows = diesel::sql_query(
-        "SELECT change_id, changed_at, changed_by, before, after FROM adk_store_policy_changes
-         ORDER BY change_id DESC LIMIT $1",
-    )
-    .bind::<BigInt, _>(limit)
-    .load::<ChangeRow>(conn)
-    .await
-    .map_err(|e| from_diesel(e, "policy"))?;
+    let rows = adk_store_policy_changes::table
+        .order(adk_store_policy_changes::change_id.desc())
+        .limit(limit)
+        .select(ChangeRow::as_select())
+        .load::<ChangeRow>(conn)
+        .await
+        .map_err(|e| from_diesel(e, "policy"))?;
     Ok(rows
         .into_iter()
         .map(|r| PolicyChange {

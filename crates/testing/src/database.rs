@@ -349,9 +349,9 @@ fn migrations_fingerprint() -> u64 {
     files.sort();
     let mut hash = Fnv1a::default();
     if files.is_empty() {
-        // Outside the workspace the migrations are only inside the storage
+        // Outside the workspace the migrations are only inside the schema
         // crate; its version is the next best identity.
-        hash.write(concat!("adk-postgres-storage@", env!("CARGO_PKG_VERSION")).as_bytes());
+        hash.write(concat!("adk-postgres-schema@", env!("CARGO_PKG_VERSION")).as_bytes());
     }
     for file in files {
         hash.write(file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().as_bytes());
