@@ -26,6 +26,10 @@ pub mod functions;
 pub mod pg_error;
 
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
+
+/// Migrating is the first thing a service does with the store, so one
+/// dependency is enough for it.
+pub use adk_postgres_schema::{MigrationError, run_pending_migrations};
 pub mod tenancy;
 pub use tenancy::{
     AppBinding, BindingChange, RoleBindings, STORE_FUNCTIONS, ServiceRoleError, ServiceRoleOptions, ServiceRoleReport,
