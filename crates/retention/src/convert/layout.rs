@@ -85,6 +85,11 @@ pub(super) fn embedded_versions() -> Result<Vec<String>, RetentionError> {
     Ok(versions)
 }
 
+/// A layout the conversion does not know: refused before anything changes.
+pub(super) fn unrecognised(detail: String) -> RetentionError {
+    RetentionError::Conflict(format!("unrecognised layout, nothing was changed: {detail}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

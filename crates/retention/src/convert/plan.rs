@@ -11,7 +11,7 @@ use super::catalog::{Catalog, open};
 use super::layout::{
     BASELINE_VERSION, EVENT_COLUMNS, EVENTS, KEY, LEGACY_EVENT_ID_KEY, LEGACY_FKEY, LEGACY_PARTITION, LEGACY_PKEY,
     LEGACY_RANGE, MIGRATIONS_TABLE, PAYLOAD_IS_OBJECT, SEQ_POSITIVE, SESSION_COLUMNS, SESSION_DAY, SESSION_DAY_DEFAULT,
-    SESSIONS, SESSIONS_DAY, SESSIONS_KEY_DAY, embedded_versions,
+    SESSIONS, SESSIONS_DAY, SESSIONS_KEY_DAY, embedded_versions, unrecognised,
 };
 use super::steps::{Action, ConvertStep, StepKind};
 use super::swap::swap_actions;
@@ -76,10 +76,6 @@ pub(super) fn plan_steps(catalog: &Catalog, cutover: NaiveDate) -> Result<Vec<Co
     }
     plan_after_swap(catalog, unpartitioned, &mut steps)?;
     Ok(steps)
-}
-
-pub(super) fn unrecognised(detail: String) -> RetentionError {
-    RetentionError::Conflict(format!("unrecognised layout, nothing was changed: {detail}"))
 }
 
 fn columns_are(columns: &[String], wanted: &[&str]) -> bool {

@@ -9,11 +9,11 @@ use adk_postgres_schema::quote::{quote_ident, quote_literal};
 use chrono::NaiveDate;
 
 use super::catalog::{Catalog, ConstraintRow};
+use super::layout::unrecognised;
 use super::layout::{
     EVENTS, LEGACY_EVENT_ID_KEY, LEGACY_FKEY, LEGACY_PARTITION, LEGACY_PKEY, PARENT_EVENT_ID_KEY, PARENT_PKEY,
     SESSION_DAY, SESSIONS, parent_ddl,
 };
-use super::plan::unrecognised;
 use super::steps::Action;
 use crate::error::RetentionError;
 use crate::partitions::partition_name;
