@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use adk_postgres_schema::quote::quote_literal;
-use diesel::sql_types::Text;
-use diesel::{QueryableByName, sql_query};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 
 use crate::error::{RetentionError, is_lock_wait};
 
@@ -116,24 +114,10 @@ pub(crate) fn first_row<T>(rows: Vec<T>) -> diesel::QueryResult<T> {
     rows.into_iter().next().ok_or(diesel::result::Error::NotFound)
 }
 
-#[derive(QueryableByName)]
-struct SchemaRow {
-    #[diesel(sql_type = Text)]
-    schema: String,
-}
-
 /// The schema holding `adk_events`, or `NotMigrated`.
 pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, RetentionError> {
-    let row = sql_query(
-        "SELECT n.nspname::text AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE c.oid = to_regclass('adk_events')",
-    )
-    .load::<SchemaRow>(conn)
-    .await
-    .and_then(first_row)
-    .map_err(|e| match e {
-        diesel::result::Error::NotFound => RetentionError::NotMigrated("table adk_events does not exist".into()),
-        other => RetentionError::Query { context: "find adk_events".into(), source: other },
-    })?;
-    Ok(row.schema)
+    adk_postgres_schema::catalog::store_schema(conn)
+        .await
+        .map_err(RetentionError::query("find adk_events"))?
+        .ok_or_else(|| RetentionError::NotMigrated("table adk_events does not exist".into()))
 }

@@ -7,6 +7,7 @@
 //! of the workspace, so the operations crate, the test harness and xtask
 //! can use it without pulling in the runtime store.
 
+pub mod catalog;
 pub mod migrations;
 pub mod names;
 pub mod quote;

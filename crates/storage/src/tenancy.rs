@@ -474,24 +474,11 @@ async fn connect(database_url: &str) -> Result<AsyncPgConnection, ServiceRoleErr
     Ok(conn)
 }
 
-#[derive(QueryableByName)]
-struct SchemaRow {
-    #[diesel(sql_type = Text)]
-    schema: String,
-}
-
 /// The schema the store's tables (and so its functions) live in.
 async fn store_schema(conn: &mut AsyncPgConnection) -> Result<String, ServiceRoleError> {
-    let rows = diesel::sql_query(
-        "SELECT n.nspname::text AS schema FROM pg_namespace n
-         JOIN pg_class c ON c.relnamespace = n.oid WHERE c.oid = to_regclass('adk_events')",
-    )
-    .load::<SchemaRow>(conn)
-    .await
-    .map_err(ServiceRoleError::query("find adk_events"))?;
-    rows.into_iter()
-        .next()
-        .map(|row| row.schema)
+    adk_postgres_schema::catalog::store_schema(conn)
+        .await
+        .map_err(ServiceRoleError::query("find adk_events"))?
         .ok_or_else(|| ServiceRoleError::NotMigrated("table adk_events does not exist".into()))
 }
 
