@@ -12,10 +12,18 @@ pub const ROLE_APPS: &str = "adk_role_apps";
 pub const ROLE_APP_CHANGES: &str = "adk_role_app_changes";
 pub const STORE_POLICY_CHANGES: &str = "adk_store_policy_changes";
 pub const MAINTENANCE_RUNS: &str = "adk_maintenance_runs";
+/// Usage rollups: one table per level, partitioned by bucket start.
+pub const USAGE_MINUTES: &str = "adk_usage_1m";
+pub const USAGE_HOURS: &str = "adk_usage_1h";
+pub const USAGE_DAYS: &str = "adk_usage_1d";
+pub const USAGE_STATE: &str = "adk_usage_state";
+pub const USAGE_INVOCATION_TAILS: &str = "adk_usage_invocation_tails";
+pub const USAGE_LATE_EVENTS: &str = "adk_usage_late_events";
+pub const USAGE_RUNS: &str = "adk_usage_runs";
 
 /// Every table the migrations create: the store's data, its policy and its
-/// history, the tenant bindings and the maintenance log.
-pub const STORE_TABLES: [&str; 9] = [
+/// history, the tenant bindings, the maintenance log and the usage rollups.
+pub const STORE_TABLES: [&str; 16] = [
     SESSIONS,
     EVENTS,
     USER_STATES,
@@ -25,6 +33,13 @@ pub const STORE_TABLES: [&str; 9] = [
     ROLE_APPS,
     ROLE_APP_CHANGES,
     MAINTENANCE_RUNS,
+    USAGE_MINUTES,
+    USAGE_HOURS,
+    USAGE_DAYS,
+    USAGE_STATE,
+    USAGE_INVOCATION_TAILS,
+    USAGE_LATE_EVENTS,
+    USAGE_RUNS,
 ];
 
 /// What every daily partition's name starts with; the day follows as `YYYYMMDD`.

@@ -51,6 +51,10 @@ diesel::table! {
         premake_days -> Int4,
         updated_at -> Timestamptz,
         updated_by -> Text,
+        usage_lateness -> Interval,
+        usage_minute_retention -> Interval,
+        usage_hour_retention -> Interval,
+        usage_day_retention -> Nullable<Interval>,
     }
 }
 
