@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -23,7 +23,8 @@ pub enum Command {
     /// retention, as the store's policy (adk-pg policy) sets them.
     Maintain(MaintainArgs),
     /// Show or change the store's policy (session lifetime, retention,
-    /// default TTL, days premade), which lives in the database.
+    /// default TTL, days premade, usage lateness and rollup tiers), which
+    /// lives in the database.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
@@ -84,6 +85,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Roll up the events that arrived since the last run into minute, hour
+    /// and day usage rows; exits 2 when writers kept it from advancing.
+    Rollup(RollupArgs),
+    /// Usage of one app over a time window, from the rollups.
+    Usage(UsageArgs),
     /// Report health; exits 2 when something needs attention.
     Status {
         #[arg(long)]
@@ -94,6 +100,12 @@ pub enum Command {
         /// Alert when the last successful maintenance run is older.
         #[arg(long, default_value = "24h")]
         max_run_age: humantime::Duration,
+        /// Alert when the usage rollups are further behind the clock.
+        #[arg(long, default_value = "15m")]
+        max_rollup_lag: humantime::Duration,
+        /// Alert when more events arriving today (UTC) were rejected as late.
+        #[arg(long, default_value_t = 0)]
+        max_late_rejected: u64,
         /// The UTC day to judge by (default: today).
         #[arg(long)]
         today: Option<NaiveDate>,
@@ -118,6 +130,69 @@ pub struct MaintainArgs {
     pub today: Option<NaiveDate>,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollupArgs {
+    /// Run once and exit (the default).
+    #[arg(long, conflicts_with = "every")]
+    pub once: bool,
+    /// Keep running, once per interval (e.g. 1m).
+    #[arg(long)]
+    pub every: Option<humantime::Duration>,
+    /// Named authors kept per app and bucket; the rest fold into (other).
+    #[arg(long, default_value_t = 1000)]
+    pub author_cap: usize,
+    /// Longest a run waits for in-flight appends before it gives up
+    /// advancing this time.
+    #[arg(long, default_value = "30s")]
+    pub writer_wait: humantime::Duration,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// The app to report on.
+    #[arg(long)]
+    pub app: String,
+    /// Start of the window: RFC 3339 (2026-12-01T00:00:00Z), or a duration
+    /// before now (24h, 7d).
+    #[arg(long, default_value = "24h")]
+    pub since: String,
+    /// End of the window: RFC 3339, a duration before now (1h, 1h-ago) or
+    /// now (the default).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// One series per agent (author) or per kind of event; default: one
+    /// series for the whole app.
+    #[arg(long)]
+    pub by: Option<String>,
+    /// Width of one point: auto, or 1m, 5m, 1h, 1d, … (minutes, hours, days).
+    #[arg(long, default_value = "auto")]
+    pub resolution: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Reads `--since`/`--until`: an RFC 3339 time, `now`, or a duration
+/// before `now` (`7d`, `7d-ago`, `7d ago`).
+pub fn time_arg(flag: &str, text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("now") {
+        return Ok(now);
+    }
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    let span = text.strip_suffix("-ago").or_else(|| text.strip_suffix(" ago")).unwrap_or(text).trim();
+    let duration = humantime::parse_duration(span).map_err(|e| {
+        format!("invalid {flag} {text:?}: {e} (an RFC 3339 time such as 2026-12-01T00:00:00Z, or a duration such as 24h or 7d)")
+    })?;
+    TimeDelta::from_std(duration)
+        .ok()
+        .and_then(|span| now.checked_sub_signed(span))
+        .ok_or_else(|| format!("invalid {flag} {text:?}: reaches before any time that can be stored"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,8 +231,35 @@ pub struct PolicySetArgs {
     /// Days after today that always have an event partition (1 to 366).
     #[arg(long)]
     pub premake_days: Option<u32>,
+    /// How far an event's own time may be from its arrival and still be
+    /// rolled up (1m to 7d); later ones are counted as late.
+    #[arg(long)]
+    pub usage_lateness: Option<humantime::Duration>,
+    /// How long minute rollups are kept (at least the lateness plus a day).
+    #[arg(long)]
+    pub usage_minute_retention: Option<humantime::Duration>,
+    /// How long hour rollups are kept (at least as long as the minutes).
+    #[arg(long)]
+    pub usage_hour_retention: Option<humantime::Duration>,
+    /// How long day rollups are kept (at least as long as the hours), or
+    /// `keep` to keep them for ever.
+    #[arg(long, value_parser = parse_kept)]
+    pub usage_day_retention: Option<Kept>,
     #[arg(long)]
     pub json: bool,
+}
+
+/// A `--usage-day-retention` value: a duration, or kept for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept(pub Option<Duration>);
+
+fn parse_kept(text: &str) -> Result<Kept, String> {
+    if text.eq_ignore_ascii_case("keep") {
+        return Ok(Kept(None));
+    }
+    humantime::parse_duration(text)
+        .map(|d| Kept(Some(d)))
+        .map_err(|e| format!("{e} (a duration such as 800d, or keep)"))
 }
 
 /// A `--default-ttl` value: a duration, or none.
@@ -169,4 +271,46 @@ fn parse_ttl(text: &str) -> Result<Ttl, String> {
         return Ok(Ttl(None));
     }
     humantime::parse_duration(text).map(|d| Ttl(Some(d))).map_err(|e| format!("{e} (a duration such as 1h, or none)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text).map(|t| t.with_timezone(&Utc)).unwrap_or_default()
+    }
+
+    #[test]
+    fn window_bounds_are_times_or_durations_before_now() {
+        let now = at("2026-12-08T12:00:00Z");
+        assert_eq!(time_arg("--since", "7d", now), Ok(at("2026-12-01T12:00:00Z")));
+        assert_eq!(time_arg("--since", "24h", now), Ok(at("2026-12-07T12:00:00Z")));
+        assert_eq!(time_arg("--until", "1h-ago", now), Ok(at("2026-12-08T11:00:00Z")));
+        assert_eq!(time_arg("--until", "90m ago", now), Ok(at("2026-12-08T10:30:00Z")));
+        assert_eq!(time_arg("--until", "now", now), Ok(now));
+        assert_eq!(time_arg("--since", "2026-12-01T00:00:00+01:00", now), Ok(at("2026-11-30T23:00:00Z")));
+        for bad in ["yesterday", "", "-1h", "2026-12-01"] {
+            let error = time_arg("--since", bad, now).expect_err(bad);
+            assert!(error.starts_with("invalid --since"), "{error}");
+        }
+        assert!(time_arg("--since", "100000000000d", now).is_err());
+    }
+
+    #[test]
+    fn the_day_tier_is_a_duration_or_kept() {
+        assert_eq!(parse_kept("keep"), Ok(Kept(None)));
+        assert_eq!(parse_kept("800d"), Ok(Kept(Some(Duration::from_secs(800 * 86_400)))));
+        assert!(parse_kept("forever").is_err());
+    }
+
+    #[test]
+    fn rollup_runs_once_unless_asked_to_loop() {
+        let once = Cli::try_parse_from(["adk-pg", "rollup", "--once"]).map(|cli| cli.command);
+        assert!(matches!(once, Ok(Command::Rollup(RollupArgs { every: None, author_cap: 1000, .. }))), "{once:?}");
+        let every = Cli::try_parse_from(["adk-pg", "rollup", "--every", "1m", "--writer-wait", "5s"]);
+        assert!(matches!(every.map(|cli| cli.command), Ok(Command::Rollup(RollupArgs { every: Some(_), .. }))));
+        assert!(Cli::try_parse_from(["adk-pg", "rollup", "--once", "--every", "1m"]).is_err());
+        assert!(Cli::try_parse_from(["adk-pg", "usage"]).is_err(), "--app is required");
+    }
 }

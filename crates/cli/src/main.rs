@@ -1,26 +1,29 @@
 //! `adk-pg`, the operator's tool: one binary to migrate, set the store's
 //! policy, keep partitions ahead of the clock, retire old days, expire
 //! sessions, convert a live event table, build indexes without blocking
-//! writes, and report health.
+//! writes, roll up and query usage, and report health.
 //!
-//! Exit codes: 0 success, 1 failure, 2 `status` found something to alert on.
+//! Exit codes: 0 success, 1 failure, 2 `status` found something to alert
+//! on, or a single `rollup` run could not advance past in-flight writers.
 
 mod args;
 mod render;
 
+use std::pin::Pin;
 use std::process::ExitCode;
 
 use adk_postgres_retention::sql::connect;
 use adk_postgres_retention::{
     ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, conversion_plan, convert_events,
-    create_partitioned_index, expire_sessions, health, run_maintenance, store_policy,
+    create_partitioned_index, expire_sessions, health, policy_settings, run_maintenance, store_policy,
 };
+use adk_postgres_rollup::{GroupBy, Resolution, RollupConfig, UsageQuery, run_rollup, usage_at};
+use adk_postgres_storage::policy::amend_policy_settings;
 use adk_postgres_storage::{
-    AppBinding, PolicyAmendment, ServiceRoleOptions, amend_policy, policy_changes, setup_service_role,
-    show_service_role,
+    AppBinding, PolicyAmendment, ServiceRoleOptions, policy_changes, setup_service_role, show_service_role,
 };
 use anyhow::{Context, Result};
-use args::{Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs};
+use args::{Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, UsageArgs, time_arg};
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -83,6 +86,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Maintain(args) => maintain(&url, args).await,
+        Command::Rollup(args) => rollup(&url, args).await,
+        Command::Usage(args) => usage(&url, args).await,
         Command::Policy { command } => policy(&url, command).await,
         Command::Expire { batch_size, json } => {
             let bar = spinner("expiring sessions");
@@ -183,8 +188,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { json, min_partitions_ahead, max_run_age, today: day } => {
-            let thresholds = HealthThresholds { min_partitions_ahead, max_run_age: max_run_age.into() };
+        Command::Status { json, min_partitions_ahead, max_run_age, max_rollup_lag, max_late_rejected, today: day } => {
+            let thresholds = HealthThresholds {
+                min_partitions_ahead,
+                max_run_age: max_run_age.into(),
+                max_rollup_lag: max_rollup_lag.into(),
+                max_late_rejected_today: max_late_rejected,
+            };
             let report = health(&url, today(day), &thresholds).await.context("read health")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -205,6 +215,7 @@ async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
         lock_policy: LockPolicy { lock_timeout: args.lock_timeout.into(), ..LockPolicy::default() },
         ..MaintenanceConfig::default()
     };
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         let bar = spinner("maintaining partitions");
         let outcome = run_maintenance(url, today(args.today), &config).await;
@@ -218,19 +229,90 @@ async fn maintain(url: &str, args: MaintainArgs) -> Result<ExitCode> {
             Err(e) => return Err(e).context("maintenance"),
         }
         let Some(every) = args.every else { return Ok(ExitCode::SUCCESS) };
-        tokio::select! {
-            _ = tokio::time::sleep(every.into()) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        if !wait_for_next_run(every.into(), stop.as_mut()).await {
+            return Ok(ExitCode::SUCCESS);
         }
+    }
+}
+
+async fn rollup(url: &str, args: RollupArgs) -> Result<ExitCode> {
+    let config =
+        RollupConfig { author_cap: args.author_cap, writer_wait: args.writer_wait.into(), ..RollupConfig::default() };
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let bar = spinner("rolling up usage");
+        let outcome = run_rollup(url, &config).await;
+        bar.finish_and_clear();
+        match outcome {
+            Ok(report) => {
+                if args.json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    println!("{report}");
+                }
+                // Once: a run that could not advance needs attention, as
+                // `status` would say. In a loop the next tick tries again.
+                if args.every.is_none() && !report.waiting_on.is_empty() {
+                    return Ok(ExitCode::from(2));
+                }
+            }
+            // One failed run must not stop a long-running roller: the next
+            // tick retries from the same watermark, and `status` alerts on
+            // the failed run and the growing lag.
+            Err(e) if args.every.is_some() => eprintln!("error: rollup failed: {e}"),
+            Err(e) => return Err(e).context("rollup"),
+        }
+        let Some(every) = args.every else { return Ok(ExitCode::SUCCESS) };
+        if !wait_for_next_run(every.into(), stop.as_mut()).await {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+async fn usage(url: &str, args: UsageArgs) -> Result<ExitCode> {
+    let now = Utc::now();
+    let since = time_arg("--since", &args.since, now).map_err(anyhow::Error::msg)?;
+    let until = match &args.until {
+        Some(until) => time_arg("--until", until, now).map_err(anyhow::Error::msg)?,
+        None => now,
+    };
+    // The library's own refusals name the field and say what to change;
+    // they are printed as they are.
+    let by = args.by.as_deref().map(str::parse::<GroupBy>).transpose()?;
+    let resolution: Resolution = args.resolution.parse()?;
+    let query = UsageQuery { app: args.app, window: Some((since, until)), by, resolution };
+    let report = usage_at(url, &query).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sleeps until the next run of a `--every` loop; false when Ctrl-C came
+/// first. `stop` is one future for the whole loop: once first polled it
+/// owns SIGINT, so a Ctrl-C during a run is kept and ends the loop when
+/// that run is done (a fresh `ctrl_c()` per sleep would miss it). Before
+/// the first sleep Ctrl-C ends the process at once, which is as safe: every
+/// run survives being interrupted at any point.
+async fn wait_for_next_run(
+    every: std::time::Duration,
+    stop: Pin<&mut impl Future<Output = std::io::Result<()>>>,
+) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(every) => true,
+        _ = stop => false,
     }
 }
 
 async fn policy(url: &str, command: PolicyCommand) -> Result<ExitCode> {
     let mut conn = connect(url, "adk-pg policy", &LockPolicy::default()).await.context("connect")?;
     // Also tells an unmigrated database apart from a failed read.
-    let current = store_policy(&mut conn).await.context("read the store policy")?;
+    store_policy(&mut conn).await.context("read the store policy")?;
     match command {
         PolicyCommand::Show { json } => {
+            let current = policy_settings(&mut conn).await.context("read the store policy")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&render::policy_json(&current))?);
             } else {
@@ -242,10 +324,14 @@ async fn policy(url: &str, command: PolicyCommand) -> Result<ExitCode> {
             let amendment = amendment(args);
             if amendment.is_empty() {
                 anyhow::bail!(
-                    "nothing to change: pass --max-session-lifetime, --retention, --default-ttl or --premake-days"
+                    "nothing to change: pass --max-session-lifetime, --retention, --default-ttl, --premake-days, \
+                     --usage-lateness, --usage-minute-retention, --usage-hour-retention or --usage-day-retention"
                 );
             }
-            let updated = amend_policy(&mut conn, &amendment).await.context("set the store policy")?;
+            // Refuses a database without the usage columns by name, before
+            // the amendment's statement would fail on them.
+            policy_settings(&mut conn).await.context("read the store policy")?;
+            let updated = amend_policy_settings(&mut conn, &amendment).await.context("set the store policy")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&render::policy_json(&updated))?);
             } else {
@@ -273,5 +359,9 @@ fn amendment(args: PolicySetArgs) -> PolicyAmendment {
         retention: args.retention.map(Into::into),
         default_ttl: args.default_ttl.map(|ttl| ttl.0),
         premake_days: args.premake_days,
+        usage_lateness: args.usage_lateness.map(Into::into),
+        usage_minute_retention: args.usage_minute_retention.map(Into::into),
+        usage_hour_retention: args.usage_hour_retention.map(Into::into),
+        usage_day_retention: args.usage_day_retention.map(|kept| kept.0),
     }
 }

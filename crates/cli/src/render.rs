@@ -5,33 +5,44 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::StorePolicy;
-use adk_postgres_storage::policy::printed_interval;
+use adk_postgres_retention::span_text;
+use adk_postgres_storage::policy::{PolicySettings, printed_interval};
 use adk_postgres_storage::{PolicyChange, ServiceRoleView};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::{Value, json};
 
 fn duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    span_text(d)
 }
 
 fn ttl(d: Option<Duration>) -> String {
     d.map_or_else(|| "none".into(), duration)
 }
 
+fn kept(d: Option<Duration>) -> String {
+    d.map_or_else(|| "keep (for ever)".into(), duration)
+}
+
 /// The `adk-pg policy show` table.
-pub fn policy_table(policy: &StorePolicy) -> String {
+pub fn policy_table(settings: &PolicySettings) -> String {
+    let (policy, usage) = (&settings.store, &settings.usage);
     let mut table = Table::new();
     table.load_style(UTF8_FULL_CONDENSED).set_header(["setting", "value"]);
     table.add_row(["max session lifetime".to_owned(), duration(policy.max_session_lifetime)]);
     table.add_row(["retention (after the lifetime)".to_owned(), duration(policy.retention)]);
     table.add_row(["default TTL".to_owned(), ttl(policy.default_ttl)]);
     table.add_row(["premake days".to_owned(), policy.premake_days.to_string()]);
+    table.add_row(["usage lateness".to_owned(), duration(usage.lateness)]);
+    table.add_row(["usage minute retention".to_owned(), duration(usage.minute_retention)]);
+    table.add_row(["usage hour retention".to_owned(), duration(usage.hour_retention)]);
+    table.add_row(["usage day retention".to_owned(), kept(usage.day_retention)]);
     table.to_string()
 }
 
-/// `adk-pg policy show --json`: each duration readable and in seconds.
-pub fn policy_json(policy: &StorePolicy) -> Value {
+/// `adk-pg policy show --json`: each duration readable and in seconds; a
+/// day tier kept for ever is `null`.
+pub fn policy_json(settings: &PolicySettings) -> Value {
+    let (policy, usage) = (&settings.store, &settings.usage);
     json!({
         "max_session_lifetime": duration(policy.max_session_lifetime),
         "max_session_lifetime_secs": policy.max_session_lifetime.as_secs_f64(),
@@ -40,6 +51,14 @@ pub fn policy_json(policy: &StorePolicy) -> Value {
         "default_ttl": policy.default_ttl.map(duration),
         "default_ttl_secs": policy.default_ttl.map(|d| d.as_secs_f64()),
         "premake_days": policy.premake_days,
+        "usage_lateness": duration(usage.lateness),
+        "usage_lateness_secs": usage.lateness.as_secs_f64(),
+        "usage_minute_retention": duration(usage.minute_retention),
+        "usage_minute_retention_secs": usage.minute_retention.as_secs_f64(),
+        "usage_hour_retention": duration(usage.hour_retention),
+        "usage_hour_retention_secs": usage.hour_retention.as_secs_f64(),
+        "usage_day_retention": usage.day_retention.map(duration),
+        "usage_day_retention_secs": usage.day_retention.map(|d| d.as_secs_f64()),
     })
 }
 

@@ -331,3 +331,236 @@ async fn policy_show_set_and_history() {
     assert!(maintain.status.success(), "{maintain:?}");
     assert!(stdout(&maintain).contains("retention 10days"), "{}", stdout(&maintain));
 }
+
+/// Stores a session of `app` with `events` model responses behind the
+/// store's back, timed and arriving now; today's partition must exist.
+async fn store_events(sql: &tokio_postgres::Client, app: &str, session: &str, events: i64) {
+    sql.execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, last_seq) VALUES ($1, 'user', $2, $3)",
+        &[&app, &session, &events],
+    )
+    .await
+    .expect("session");
+    sql.execute(
+        "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT $1, 'user', $2, (now() AT TIME ZONE 'UTC')::date, n, 'e' || n, 'agent',
+                (extract(epoch FROM now()) * 1000000)::bigint * 1000,
+                '{\"author\": \"agent\", \"content\": {\"parts\": [{\"text\": \"hi\"}]}}'
+         FROM generate_series(1, $3::bigint) n",
+        &[&app, &session, &events],
+    )
+    .await
+    .expect("events");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rollup_then_usage_and_status_from_the_command_line() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+    assert!(adk_pg(db.url(), &["maintain"]).status.success());
+    store_events(&sql, "shop", "s1", 5).await;
+
+    let once = adk_pg(db.url(), &["rollup"]);
+    assert_eq!(once.status.code(), Some(0), "{once:?}");
+    assert!(stdout(&once).contains("5 event(s) read, 5 rolled up, 0 rejected as late"), "{}", stdout(&once));
+    let again = adk_pg(db.url(), &["rollup", "--once", "--json"]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).expect("rollup --json is JSON");
+    assert_eq!(report["events_read"], 0);
+    assert!(report["window_from"].is_string(), "{report}");
+
+    let usage = adk_pg(db.url(), &["usage", "--app", "shop"]);
+    assert_eq!(usage.status.code(), Some(0), "{usage:?}");
+    let text = stdout(&usage);
+    assert!(text.starts_with("usage of shop from "), "{text}");
+    assert!(text.lines().any(|line| line.contains("total") && line.contains(" 5 ")), "{text}");
+    let by_kind = adk_pg(
+        db.url(),
+        &["usage", "--app", "shop", "--by", "kind", "--since", "2h", "--until", "now", "--resolution", "5m", "--json"],
+    );
+    assert_eq!(by_kind.status.code(), Some(0), "{by_kind:?}");
+    let report: serde_json::Value = serde_json::from_slice(&by_kind.stdout).expect("usage --json is JSON");
+    assert_eq!(report["plan"]["resolution"], "5m");
+    // Two hours not aligned to 5 minutes touch 25 buckets, aligned 24.
+    assert!(report["plan"]["points"].as_i64().is_some_and(|p| (24..=25).contains(&p)), "{report}");
+    assert_eq!(report["series"][0]["group"], "model_response");
+    assert_eq!(report["series"][0]["total"]["events"], 5);
+    let other_app = adk_pg(db.url(), &["usage", "--app", "blog", "--since", "2026-01-01T00:00:00Z", "--until", "1h"]);
+    assert_eq!(other_app.status.code(), Some(0), "{other_app:?}");
+    assert!(stdout(&other_app).contains("no events in this window"), "{}", stdout(&other_app));
+
+    // Refusals are the library's typed errors, printed as they are.
+    for (args, message) in [
+        (vec!["--since", "7d", "--resolution", "1m"], "error: too many points: "),
+        (vec!["--since", "30d", "--resolution", "5m"], "error: no rollup level holds 5m buckets"),
+        (vec!["--resolution", "1w"], "error: invalid resolution"),
+        (vec!["--by", "user"], "error: invalid by"),
+        (vec!["--since", "yesterday"], "error: invalid --since \"yesterday\""),
+        (vec!["--since", "1h", "--until", "2h"], "error: invalid window"),
+    ] {
+        let refused = adk_pg(db.url(), &[&["usage", "--app", "shop"][..], &args].concat());
+        assert_eq!(refused.status.code(), Some(1), "{args:?}: {refused:?}");
+        assert!(stderr(&refused).starts_with(message), "{args:?}: {}", stderr(&refused));
+    }
+
+    let status = adk_pg(db.url(), &["status"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stdout(&status));
+    let text = stdout(&status);
+    assert!(text.lines().any(|line| line.contains("last rollup run") && line.contains(" ok: ")), "{text}");
+    assert!(text.lines().any(|line| line.contains("rollup minute partitions ahead")), "{text}");
+    let json = adk_pg(db.url(), &["status", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("status --json is JSON");
+    assert_eq!(report["rollups"]["last_run"]["outcome"], "ok");
+
+    sql.batch_execute("UPDATE adk_usage_state SET watermark = now() - interval '2 hours'").await.expect("fall back");
+    let behind = adk_pg(db.url(), &["status"]);
+    assert_eq!(behind.status.code(), Some(2), "{}", stdout(&behind));
+    assert!(stdout(&behind).contains("ALERT: rollups are 2h"), "{}", stdout(&behind));
+    let tolerant = adk_pg(db.url(), &["status", "--max-rollup-lag", "3h"]);
+    assert_eq!(tolerant.status.code(), Some(0), "{}", stdout(&tolerant));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_rollup_that_cannot_advance_exits_two() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+    assert!(adk_pg(db.url(), &["maintain"]).status.success());
+    let writer = connect(db.url()).await.expect("connect");
+    writer.batch_execute("BEGIN").await.expect("begin");
+    store_events(&writer, "shop", "open", 1).await;
+
+    let stuck = adk_pg(db.url(), &["rollup", "--writer-wait", "200ms"]);
+    assert_eq!(stuck.status.code(), Some(2), "{stuck:?}");
+    assert!(stdout(&stuck).contains("did not advance"), "{}", stdout(&stuck));
+    let status = adk_pg(db.url(), &["status"]);
+    assert_eq!(status.status.code(), Some(2));
+    assert!(stdout(&status).contains("ALERT: the last rollup run could not advance"), "{}", stdout(&status));
+
+    writer.batch_execute("COMMIT").await.expect("commit");
+    let advanced = adk_pg(db.url(), &["rollup"]);
+    assert_eq!(advanced.status.code(), Some(0), "{advanced:?}");
+    let count: i64 = sql.query_one("SELECT count(*) FROM adk_usage_runs", &[]).await.expect("runs").get(0);
+    assert_eq!(count, 2);
+    let bad_cap = adk_pg(db.url(), &["rollup", "--author-cap", "0"]);
+    assert_eq!(bad_cap.status.code(), Some(1), "{bad_cap:?}");
+    assert!(stderr(&bad_cap).contains("invalid author_cap"), "{}", stderr(&bad_cap));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rollup_every_keeps_running_until_interrupted() {
+    use std::io::BufRead;
+    let db = test_database().await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
+        .args(["rollup", "--every", "100ms", "--json"])
+        .env("DATABASE_URL", db.url())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start adk-pg rollup --every");
+    let out = child.stdout.take().expect("stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut runs = Vec::new();
+    while runs.len() < 3 {
+        match lines.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(line) => runs.push(serde_json::from_str::<serde_json::Value>(&line).expect("one JSON report a run")),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("fewer than 3 runs: {e}");
+            }
+        }
+    }
+    // Past its first sleep, so Ctrl-C ends the loop however it lands.
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("adk-pg rollup --every ignored Ctrl-C");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(runs.iter().all(|run| run["skipped"] == false), "{runs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_sets_and_shows_the_usage_tiers() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+
+    let show = adk_pg(db.url(), &["policy", "show"]);
+    let text = stdout(&show);
+    for (setting, value) in [
+        ("usage lateness", "1day"),
+        ("usage minute retention", "14days"),
+        ("usage hour retention", "400days"),
+        ("usage day retention", "keep (for ever)"),
+    ] {
+        assert!(text.lines().any(|line| line.contains(setting) && line.contains(value)), "{setting}: {text}");
+    }
+
+    let set = adk_pg(
+        db.url(),
+        &[
+            "policy",
+            "set",
+            "--usage-lateness",
+            "12h",
+            "--usage-minute-retention",
+            "10d",
+            "--usage-hour-retention",
+            "100d",
+            "--usage-day-retention",
+            "800d",
+        ],
+    );
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    assert!(stdout(&set).lines().any(|line| line.contains("usage day retention") && line.contains("800days")));
+    let json = adk_pg(db.url(), &["policy", "show", "--json"]);
+    let policy: serde_json::Value = serde_json::from_slice(&json.stdout).expect("policy show --json is JSON");
+    assert_eq!(policy["usage_lateness_secs"], 12.0 * 3600.0);
+    assert_eq!(policy["usage_minute_retention_secs"], 10.0 * 86_400.0);
+    assert_eq!(policy["usage_hour_retention_secs"], 100.0 * 86_400.0);
+    assert_eq!(policy["usage_day_retention"], "800days");
+    assert_eq!(policy["retention_secs"], 30.0 * 86_400.0, "the store's fields keep their value");
+
+    let kept = adk_pg(db.url(), &["policy", "set", "--usage-day-retention", "keep", "--json"]);
+    assert_eq!(kept.status.code(), Some(0), "{kept:?}");
+    let policy: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("policy set --json is JSON");
+    assert!(policy["usage_day_retention_secs"].is_null(), "{policy}");
+
+    // Inconsistent tiers: the field named, a failure exit, nothing written.
+    let written = policy_changes(&sql).await;
+    for (args, field) in [
+        (vec!["--usage-lateness", "8d"], "usage_lateness"),
+        (vec!["--usage-minute-retention", "1d"], "usage_minute_retention"),
+        (vec!["--usage-hour-retention", "5d"], "usage_hour_retention"),
+        (vec!["--usage-day-retention", "50d"], "usage_day_retention"),
+    ] {
+        let refused = adk_pg(db.url(), &[&["policy", "set"][..], &args].concat());
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert!(stderr(&refused).contains(&format!("invalid {field}")), "{args:?}: {}", stderr(&refused));
+    }
+    let unparsable = adk_pg(db.url(), &["policy", "set", "--usage-day-retention", "forever"]);
+    assert!(!unparsable.status.success());
+    assert_eq!(policy_changes(&sql).await, written, "a refused change wrote nothing");
+
+    // Maintenance judges by the tiers and says so.
+    let maintain = adk_pg(db.url(), &["maintain"]);
+    assert!(maintain.status.success(), "{maintain:?}");
+    assert!(stdout(&maintain).contains("rollups kept 1m 10days, 1h 100days, 1d for ever"), "{}", stdout(&maintain));
+    let json = adk_pg(db.url(), &["maintain", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("maintain --json is JSON");
+    assert_eq!(report["usage_partitions_created"], 0);
+    assert_eq!(report["usage_partitions_dropped"], serde_json::json!([]));
+}

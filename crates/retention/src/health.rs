@@ -1,17 +1,37 @@
 //! Health: what an operator (or an alert rule) needs to know about the
 //! store at a glance.
+//!
+//! The usage rollups (migration 12) add their own facts and alerts:
+//! - lag: the clock minus the rollup watermark, alerted above
+//!   `max_rollup_lag`. Before the first successful run there is no
+//!   watermark; then the alert is "rollups have never run", raised only once
+//!   an event arrived longer than `max_rollup_lag` ago, so a fresh database,
+//!   or one whose first events are younger than a scheduled run's interval,
+//!   does not alert.
+//! - the latest run: alerted while it is `failed` or `waiting` (it could not
+//!   advance past writers still running); the next good run clears it.
+//! - late events: alerted while more events arriving on `today` (UTC) were
+//!   rejected as late than `max_late_rejected_today` (0 by default: any).
+//!   The count is per arrival day, so the alert clears at midnight UTC;
+//!   yesterday's count is shown for context and never alerts.
+//! - sizes of the three tiers and minute partitions premade after today:
+//!   facts only, since the rollup job makes any partition it lacks.
 
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use std::collections::BTreeSet;
+
+use adk_postgres_schema::names::{USAGE_DAYS, USAGE_HOURS, USAGE_MINUTES};
+use adk_postgres_schema::quote::quote_ident;
+use chrono::{DateTime, Days, NaiveDate, TimeDelta, Utc};
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Date, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Date, Integer, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
 use crate::error::RetentionError;
 use crate::partitions::{days_ahead, list_orphans, list_partitions};
-use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy};
+use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
 use crate::sql::{LockPolicy, connect, events_schema, first_row};
 
 /// When health turns into alerts.
@@ -21,12 +41,74 @@ pub struct HealthThresholds {
     pub min_partitions_ahead: u32,
     /// Alert when the last successful maintenance run is older than this.
     pub max_run_age: Duration,
+    /// Alert when the rollup watermark is further behind the clock than
+    /// this, or, before the first run, an event arrived longer ago.
+    pub max_rollup_lag: Duration,
+    /// Alert when more events arriving today (UTC) than this were rejected
+    /// as late by the rollups.
+    pub max_late_rejected_today: u64,
 }
 
 impl Default for HealthThresholds {
     fn default() -> Self {
-        Self { min_partitions_ahead: 3, max_run_age: Duration::from_secs(24 * 3600) }
+        Self {
+            min_partitions_ahead: 3,
+            max_run_age: Duration::from_secs(24 * 3600),
+            max_rollup_lag: Duration::from_secs(15 * 60),
+            max_late_rejected_today: 0,
+        }
     }
+}
+
+/// The latest rollup run, whatever its outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollupRun {
+    pub finished_at: DateTime<Utc>,
+    /// `ok`, `failed` or `waiting` (writers outlived its wait; it did not
+    /// advance).
+    pub outcome: String,
+    pub events_rolled_up: i64,
+    pub late_rejected: i64,
+    pub error: Option<String>,
+}
+
+/// One rollup level's storage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollupTier {
+    /// `1m`, `1h` or `1d`.
+    pub level: String,
+    pub partitions: i64,
+    /// `pg_total_relation_size` summed over its partitions.
+    pub bytes: i64,
+}
+
+/// Late rejections of one app on one arrival day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LateApp {
+    pub app: String,
+    pub rejected: i64,
+}
+
+/// The usage rollups' state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollupHealth {
+    /// Every event that arrived before this is rolled up (or counted as
+    /// late); `None` before the first successful run.
+    pub watermark: Option<DateTime<Utc>>,
+    /// The clock minus the watermark.
+    pub lag_secs: Option<u64>,
+    /// Before the first run: whether an event arrived longer than
+    /// `max_rollup_lag` ago and is waiting for it.
+    pub overdue_events: bool,
+    pub last_run: Option<RollupRun>,
+    /// Events arriving on `today` (UTC) that were rejected as late.
+    pub late_rejected_today: i64,
+    pub late_rejected_yesterday: i64,
+    /// The apps with the most late rejections today, at most five.
+    pub late_apps_today: Vec<LateApp>,
+    pub tiers: Vec<RollupTier>,
+    /// Consecutive days after today with a minute partition.
+    pub minute_partitions_ahead: u32,
 }
 
 /// The last successful maintenance run.
@@ -99,6 +181,8 @@ pub struct HealthReport {
     /// HOT share of `adk_sessions` updates; `None` before any update.
     pub hot_ratio: Option<f64>,
     pub state_sizes: StateSizes,
+    /// The usage rollups; `None` before migration 12.
+    pub rollups: Option<RollupHealth>,
     /// Empty when healthy.
     pub alerts: Vec<String>,
 }
@@ -142,7 +226,7 @@ impl std::fmt::Display for HealthReport {
             None => "no updates yet".to_owned(),
         };
         let sizes = &self.state_sizes;
-        let rows: [(&str, String); 16] = [
+        let mut rows: Vec<(&str, String)> = vec![
             ("today (UTC)", self.today.to_string()),
             ("partitions", self.partitions.to_string()),
             ("partitions ahead", self.partitions_ahead.to_string()),
@@ -161,14 +245,65 @@ impl std::fmt::Display for HealthReport {
                 "state size p50 / p90 / p99 / max",
                 format!("{} / {} / {} / {}", bytes(sizes.p50), bytes(sizes.p90), bytes(sizes.p99), bytes(sizes.max)),
             ),
-            ("status", if self.is_healthy() { "OK".into() } else { format!("{} alert(s)", self.alerts.len()) }),
         ];
+        match &self.rollups {
+            Some(rollups) => rows.extend(rollups.rows()),
+            None => rows.push(("usage rollups", "not installed (run adk-pg migrate)".into())),
+        }
+        rows.push(("status", if self.is_healthy() { "OK".into() } else { format!("{} alert(s)", self.alerts.len()) }));
         let mut table = comfy_table::Table::new();
         table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED).set_header(["check", "value"]);
         for (check, value) in rows {
             table.add_row([check.to_owned(), value]);
         }
         write!(f, "{table}")
+    }
+}
+
+impl RollupHealth {
+    /// Its rows of the `adk-pg status` table.
+    fn rows(&self) -> Vec<(&'static str, String)> {
+        let at = |t: DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        let watermark = match (self.watermark, self.lag_secs) {
+            (Some(watermark), Some(lag)) => {
+                format!("{} ({} behind)", at(watermark), humantime::format_duration(Duration::from_secs(lag)))
+            }
+            (Some(watermark), None) => at(watermark),
+            (None, _) => "never run".to_owned(),
+        };
+        let last_run = self.last_run.as_ref().map_or_else(
+            || "never".to_owned(),
+            |run| {
+                let mut text = format!(
+                    "{} {}: {} rolled up, {} late",
+                    at(run.finished_at),
+                    run.outcome,
+                    run.events_rolled_up,
+                    run.late_rejected
+                );
+                if let Some(error) = &run.error {
+                    text.push_str(&format!(" ({error})"));
+                }
+                text
+            },
+        );
+        let mut late = format!("{} / {}", self.late_rejected_today, self.late_rejected_yesterday);
+        if !self.late_apps_today.is_empty() {
+            let apps: Vec<String> = self.late_apps_today.iter().map(|a| format!("{} {}", a.app, a.rejected)).collect();
+            late.push_str(&format!(" (today: {})", apps.join(", ")));
+        }
+        let tiers: Vec<String> = self
+            .tiers
+            .iter()
+            .map(|tier| format!("{} {} B in {} partition(s)", tier.level, tier.bytes, tier.partitions))
+            .collect();
+        vec![
+            ("rollup watermark", watermark),
+            ("last rollup run", last_run),
+            ("late events rejected today / yesterday", late),
+            ("rollup sizes", tiers.join(", ")),
+            ("rollup minute partitions ahead", self.minute_partitions_ahead.to_string()),
+        ]
     }
 }
 
@@ -226,6 +361,216 @@ struct NowRow {
     now: DateTime<Utc>,
 }
 
+#[derive(QueryableByName)]
+struct WatermarkRow {
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    watermark: Option<DateTime<Utc>>,
+}
+
+#[derive(QueryableByName)]
+struct ExistsRow {
+    #[diesel(sql_type = Bool)]
+    exists: bool,
+}
+
+#[derive(QueryableByName)]
+struct RollupRunRow {
+    #[diesel(sql_type = Timestamptz)]
+    finished_at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = BigInt)]
+    events_rolled: i64,
+    #[diesel(sql_type = BigInt)]
+    late_rejected: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    error: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct LateDaysRow {
+    #[diesel(sql_type = BigInt)]
+    today: i64,
+    #[diesel(sql_type = BigInt)]
+    yesterday: i64,
+}
+
+#[derive(QueryableByName)]
+struct LateAppRow {
+    #[diesel(sql_type = Text)]
+    app_name: String,
+    #[diesel(sql_type = BigInt)]
+    rejected: i64,
+}
+
+#[derive(QueryableByName)]
+struct TierRow {
+    #[diesel(sql_type = BigInt)]
+    partitions: i64,
+    #[diesel(sql_type = BigInt)]
+    bytes: i64,
+}
+
+#[derive(QueryableByName)]
+struct NameRow {
+    #[diesel(sql_type = Text)]
+    name: String,
+}
+
+/// The rollups' facts as of `now` (the server's clock) and `today`.
+async fn rollup_health(
+    conn: &mut AsyncPgConnection,
+    schema: &str,
+    today: NaiveDate,
+    now: DateTime<Utc>,
+    thresholds: &HealthThresholds,
+) -> Result<RollupHealth, RetentionError> {
+    let watermark = diesel::sql_query("SELECT watermark FROM adk_usage_state")
+        .load::<WatermarkRow>(conn)
+        .await
+        .map_err(RetentionError::query("read the rollup watermark"))?
+        .into_iter()
+        .next()
+        .and_then(|row| row.watermark);
+    let lag_secs = watermark.map(|w| now.signed_duration_since(w).to_std().unwrap_or_default().as_secs());
+    // Only before the first run. Stops at the first old row; partitions are
+    // scanned oldest first and rows arrive in order, so an old one is found
+    // at once when there is one, and without one there is little to scan.
+    let overdue_events = match (watermark, TimeDelta::from_std(thresholds.max_rollup_lag).ok()) {
+        (None, Some(lag)) => match now.checked_sub_signed(lag) {
+            Some(cutoff) => {
+                diesel::sql_query("SELECT EXISTS (SELECT 1 FROM adk_events WHERE created_at < $1) AS exists")
+                    .bind::<Timestamptz, _>(cutoff)
+                    .load::<ExistsRow>(conn)
+                    .await
+                    .and_then(first_row)
+                    .map_err(RetentionError::query("look for events waiting for the first rollup"))?
+                    .exists
+            }
+            None => false,
+        },
+        _ => false,
+    };
+    let last_run = diesel::sql_query(
+        "SELECT finished_at, outcome, events_rolled, late_rejected, error FROM adk_usage_runs
+         ORDER BY run_id DESC LIMIT 1",
+    )
+    .load::<RollupRunRow>(conn)
+    .await
+    .map_err(RetentionError::query("read the latest rollup run"))?
+    .into_iter()
+    .next()
+    .map(|r| RollupRun {
+        finished_at: r.finished_at,
+        outcome: r.outcome,
+        events_rolled_up: r.events_rolled,
+        late_rejected: r.late_rejected,
+        error: r.error,
+    });
+    let yesterday = today.checked_sub_days(Days::new(1)).unwrap_or(today);
+    let late = diesel::sql_query(
+        "SELECT coalesce(sum(rejected) FILTER (WHERE arrival_day = $1), 0)::bigint AS today,
+                coalesce(sum(rejected) FILTER (WHERE arrival_day = $2), 0)::bigint AS yesterday
+         FROM adk_usage_late_events WHERE arrival_day IN ($1, $2)",
+    )
+    .bind::<Date, _>(today)
+    .bind::<Date, _>(yesterday)
+    .load::<LateDaysRow>(conn)
+    .await
+    .and_then(first_row)
+    .map_err(RetentionError::query("count late events"))?;
+    let late_apps_today = diesel::sql_query(
+        "SELECT app_name, rejected FROM adk_usage_late_events WHERE arrival_day = $1
+         ORDER BY rejected DESC, app_name LIMIT 5",
+    )
+    .bind::<Date, _>(today)
+    .load::<LateAppRow>(conn)
+    .await
+    .map_err(RetentionError::query("list apps with late events"))?
+    .into_iter()
+    .map(|row| LateApp { app: row.app_name, rejected: row.rejected })
+    .collect();
+    let qualified = |table: &str| format!("{}.{}", quote_ident(schema), quote_ident(table));
+    let mut tiers = Vec::new();
+    for (level, table) in [("1m", USAGE_MINUTES), ("1h", USAGE_HOURS), ("1d", USAGE_DAYS)] {
+        let row = diesel::sql_query(
+            "SELECT count(*) FILTER (WHERE t.isleaf AND t.level > 0) AS partitions,
+                    coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint AS bytes
+             FROM pg_partition_tree(to_regclass($1)) t",
+        )
+        .bind::<Text, _>(qualified(table))
+        .load::<TierRow>(conn)
+        .await
+        .and_then(first_row)
+        .map_err(RetentionError::query("measure the rollup tiers"))?;
+        tiers.push(RollupTier { level: level.to_owned(), partitions: row.partitions, bytes: row.bytes });
+    }
+    let minute_prefix = format!("{USAGE_MINUTES}_p");
+    let minute_days: BTreeSet<NaiveDate> = diesel::sql_query(
+        "SELECT c.relname::text AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = to_regclass($1)",
+    )
+    .bind::<Text, _>(qualified(USAGE_MINUTES))
+    .load::<NameRow>(conn)
+    .await
+    .map_err(RetentionError::query("list the minute rollup partitions"))?
+    .into_iter()
+    .filter_map(|row| {
+        let day = row.name.strip_prefix(&minute_prefix)?;
+        NaiveDate::parse_from_str(day, "%Y%m%d").ok()
+    })
+    .collect();
+    let minute_partitions_ahead =
+        today.iter_days().skip(1).take_while(|day| minute_days.contains(day)).count().try_into().unwrap_or(u32::MAX);
+    Ok(RollupHealth {
+        watermark,
+        lag_secs,
+        overdue_events,
+        last_run,
+        late_rejected_today: late.today,
+        late_rejected_yesterday: late.yesterday,
+        late_apps_today,
+        tiers,
+        minute_partitions_ahead,
+    })
+}
+
+/// The alerts the rollups' facts raise.
+fn rollup_alerts(rollups: &RollupHealth, thresholds: &HealthThresholds, today: NaiveDate) -> Vec<String> {
+    let mut alerts = Vec::new();
+    let lag_limit = humantime::format_duration(thresholds.max_rollup_lag);
+    match rollups.lag_secs {
+        None if rollups.overdue_events => alerts.push(format!(
+            "rollups have never run, and events arrived more than {lag_limit} ago; \
+             run adk-pg rollup (e.g. --every 1m)"
+        )),
+        Some(lag) if lag > thresholds.max_rollup_lag.as_secs() => alerts.push(format!(
+            "rollups are {} behind (want at most {lag_limit}); is adk-pg rollup running?",
+            humantime::format_duration(Duration::from_secs(lag))
+        )),
+        _ => {}
+    }
+    if let Some(run) = &rollups.last_run {
+        let at = run.finished_at.format("%Y-%m-%d %H:%M:%S UTC");
+        let error = run.error.as_deref().unwrap_or("no error recorded");
+        match run.outcome.as_str() {
+            "failed" => alerts.push(format!("the last rollup run failed at {at}: {error}")),
+            "waiting" => alerts.push(format!("the last rollup run could not advance at {at}: {error}")),
+            _ => {}
+        }
+    }
+    if u64::try_from(rollups.late_rejected_today).unwrap_or_default() > thresholds.max_late_rejected_today {
+        let apps: Vec<String> = rollups.late_apps_today.iter().map(|a| format!("{} ({})", a.app, a.rejected)).collect();
+        alerts.push(format!(
+            "{} event(s) arriving on {today} were rejected as late and are not in the usage figures \
+             (apps: {}); check those clients' clocks or raise usage_lateness",
+            rollups.late_rejected_today,
+            apps.join(", ")
+        ));
+    }
+    alerts
+}
+
 /// Reads health as of `today` (UTC).
 pub async fn health(
     database_url: &str,
@@ -245,6 +590,7 @@ pub async fn health_on(
     let partitions = list_partitions(conn).await?;
     let orphaned_partitions = list_orphans(conn, &schema).await?;
     let policy = store_policy(conn).await?;
+    let usage = usage_policy(conn).await?;
     let last_run = diesel::sql_query(
         "SELECT finished_at, today, created, dropped, sessions_deleted FROM adk_maintenance_runs
          WHERE outcome = 'ok' ORDER BY run_id DESC LIMIT 1",
@@ -369,6 +715,13 @@ pub async fn health_on(
     if !pending_detaches.is_empty() {
         alerts.push(format!("detaches left pending by an interrupted run: {}", pending_detaches.join(", ")));
     }
+    let rollups = match usage {
+        Some(_) => Some(rollup_health(conn, &schema, today, now, thresholds).await?),
+        None => None,
+    };
+    if let Some(rollups) = &rollups {
+        alerts.extend(rollup_alerts(rollups, thresholds, today));
+    }
 
     Ok(HealthReport {
         today,
@@ -380,7 +733,7 @@ pub async fn health_on(
         orphaned_partitions,
         last_run,
         last_failure,
-        policy: PolicySummary::of(&policy),
+        policy: PolicySummary::of(&policy).with_usage(usage.as_ref()),
         retire_before,
         overdue_partitions,
         session_updates: updates.updates,
@@ -393,6 +746,88 @@ pub async fn health_on(
             p99: sizes.p99,
             max: sizes.max,
         },
+        rollups,
         alerts,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet() -> RollupHealth {
+        RollupHealth {
+            watermark: None,
+            lag_secs: None,
+            overdue_events: false,
+            last_run: None,
+            late_rejected_today: 0,
+            late_rejected_yesterday: 0,
+            late_apps_today: Vec::new(),
+            tiers: Vec::new(),
+            minute_partitions_ahead: 8,
+        }
+    }
+
+    fn today() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2030, 3, 1).unwrap_or_default()
+    }
+
+    fn alerts(rollups: &RollupHealth) -> Vec<String> {
+        rollup_alerts(rollups, &HealthThresholds::default(), today())
+    }
+
+    #[test]
+    fn a_store_without_events_or_runs_does_not_alert() {
+        assert_eq!(alerts(&quiet()), Vec::<String>::new());
+        let fresh = RollupHealth { watermark: Some(DateTime::UNIX_EPOCH), lag_secs: Some(60), ..quiet() };
+        assert_eq!(alerts(&fresh), Vec::<String>::new());
+    }
+
+    #[test]
+    fn never_running_alerts_only_once_events_are_overdue() {
+        let overdue = alerts(&RollupHealth { overdue_events: true, ..quiet() });
+        assert_eq!(overdue.len(), 1);
+        assert!(overdue[0].contains("rollups have never run"), "{overdue:?}");
+    }
+
+    #[test]
+    fn lag_alerts_above_the_threshold_only() {
+        assert!(alerts(&RollupHealth { lag_secs: Some(15 * 60), ..quiet() }).is_empty());
+        let behind = alerts(&RollupHealth { lag_secs: Some(15 * 60 + 1), ..quiet() });
+        assert!(behind.iter().any(|a| a.contains("rollups are 15m 1s behind")), "{behind:?}");
+    }
+
+    #[test]
+    fn a_failed_or_waiting_last_run_alerts_and_an_ok_one_does_not() {
+        let run = |outcome: &str, error: Option<&str>| RollupHealth {
+            lag_secs: Some(1),
+            last_run: Some(RollupRun {
+                finished_at: DateTime::UNIX_EPOCH,
+                outcome: outcome.to_owned(),
+                events_rolled_up: 0,
+                late_rejected: 0,
+                error: error.map(str::to_owned),
+            }),
+            ..quiet()
+        };
+        let failed = alerts(&run("failed", Some("boom")));
+        assert!(failed.iter().any(|a| a.contains("last rollup run failed") && a.contains("boom")), "{failed:?}");
+        let waiting = alerts(&run("waiting", Some("writers still running: 3/7")));
+        assert!(waiting.iter().any(|a| a.contains("could not advance") && a.contains("3/7")), "{waiting:?}");
+        assert!(alerts(&run("ok", None)).is_empty());
+    }
+
+    #[test]
+    fn late_rejections_of_today_alert_and_yesterdays_do_not() {
+        assert!(alerts(&RollupHealth { late_rejected_yesterday: 9, ..quiet() }).is_empty());
+        let late = alerts(&RollupHealth {
+            late_rejected_today: 3,
+            late_apps_today: vec![LateApp { app: "shop".into(), rejected: 3 }],
+            ..quiet()
+        });
+        assert!(late.iter().any(|a| a.contains("3 event(s) arriving on 2030-03-01") && a.contains("shop (3)")));
+        let tolerant = HealthThresholds { max_late_rejected_today: 3, ..HealthThresholds::default() };
+        assert!(rollup_alerts(&RollupHealth { late_rejected_today: 3, ..quiet() }, &tolerant, today()).is_empty());
+    }
 }

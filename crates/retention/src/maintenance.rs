@@ -13,6 +13,13 @@
 //! day's session rows deleted: deleting sessions first would cascade into
 //! the partition and delete its events one row at a time, the very cost
 //! partitioning exists to avoid.
+//!
+//! Last, the usage rollups' partitions (migration 12): premade ahead so the
+//! rollup job rarely needs DDL, and each tier dropped by whole partitions
+//! at the end of its retention. Both are SQL functions judging by the
+//! server's clock (not `today`), run under the same lock-wait retry as the
+//! rest. They come after every step on the event log, so a failure there
+//! never costs the log its partitions.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +27,7 @@ use std::time::Duration;
 use adk_postgres_schema::quote::{quote_ident, quote_literal};
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use diesel::QueryableByName;
+use diesel::pg::Pg;
 use diesel::sql_types::{Array, BigInt, Bool, Date, Integer, Jsonb, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
@@ -27,7 +35,7 @@ use serde::Serialize;
 use crate::error::RetentionError;
 use crate::lock::{Acquired, AdvisoryLock};
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
-use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy};
+use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
 use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
@@ -80,6 +88,11 @@ pub struct MaintenanceReport {
     pub sessions_deleted: u64,
     /// Consecutive days after today with a partition.
     pub partitions_ahead: u32,
+    /// Usage rollup partitions premade (`adk_premake_usage_partitions`).
+    pub usage_partitions_created: u32,
+    /// Usage rollup partitions dropped at the end of their tier's retention
+    /// (`adk_retire_usage_partitions`).
+    pub usage_partitions_dropped: Vec<String>,
     /// True when another run held the lock and this one waited for it.
     pub waited_for_other_run: bool,
     /// True when another run held the lock past `wait_for_other_run`; this
@@ -119,6 +132,17 @@ impl std::fmt::Display for MaintenanceReport {
                 write!(f, "\n  {label}: {}", names.join(", "))?;
             }
         }
+        if self.usage_partitions_created > 0 || !self.usage_partitions_dropped.is_empty() {
+            write!(
+                f,
+                "\n  usage rollups: {} partition(s) created, {} dropped",
+                self.usage_partitions_created,
+                self.usage_partitions_dropped.len()
+            )?;
+            if !self.usage_partitions_dropped.is_empty() {
+                write!(f, " ({})", self.usage_partitions_dropped.join(", "))?;
+            }
+        }
         for kept in &self.kept {
             write!(f, "\n  KEPT {} past retention", kept.day)?;
             if let Some(partition) = &kept.partition {
@@ -149,6 +173,18 @@ struct NowRow {
 struct PendingRow {
     #[diesel(sql_type = Bool)]
     pending: bool,
+}
+
+#[derive(QueryableByName)]
+struct MadeRow {
+    #[diesel(sql_type = Integer)]
+    made: i32,
+}
+
+#[derive(QueryableByName)]
+struct NameRow {
+    #[diesel(sql_type = Text)]
+    name: String,
 }
 
 /// Runs maintenance as of `today` (UTC) under the store's policy. Safe at
@@ -240,8 +276,9 @@ async fn maintain_locked(
     };
 
     let store = store_policy(conn).await?;
+    let usage = usage_policy(conn).await?;
     let cutoff = retire_before(&store, today);
-    report.policy = Some(PolicySummary::of(&store));
+    report.policy = Some(PolicySummary::of(&store).with_usage(usage.as_ref()));
     report.retire_before = Some(cutoff);
     // Read once, before anything is retired. A session of a day past the
     // cutoff is past its lifetime, so the append function refuses it: no
@@ -396,7 +433,47 @@ async fn maintain_locked(
         conn.batch_execute(&format!("ANALYZE {parent}")).await.map_err(RetentionError::query("analyze adk_events"))?;
     }
     report.partitions_ahead = days_ahead(&list_partitions(conn).await?, today);
+
+    // 7. Usage rollup partitions, when the rollups are installed. Both
+    //    functions set their own lock_timeout (migration 12), which applies
+    //    inside them instead of the policy's; the policy still paces the
+    //    attempts.
+    if usage.is_some() {
+        let premake = format!("SELECT {}.adk_premake_usage_partitions() AS made", quote_ident(schema));
+        let made: Vec<MadeRow> = load_with_retry(conn, &premake, policy).await?;
+        report.usage_partitions_created =
+            made.iter().map(|row| u32::try_from(row.made).unwrap_or_default()).sum::<u32>();
+        let retire = format!("SELECT name FROM {}.adk_retire_usage_partitions() AS name", quote_ident(schema));
+        let dropped: Vec<NameRow> = load_with_retry(conn, &retire, policy).await?;
+        report.usage_partitions_dropped = dropped.into_iter().map(|row| row.name).collect();
+        if !report.usage_partitions_dropped.is_empty() {
+            tracing::info!(dropped = ?report.usage_partitions_dropped, "retired usage rollup partitions");
+        }
+    }
     Ok(())
+}
+
+/// Runs one statement that takes DDL locks and returns rows, retrying
+/// after a lock wait timed out as [`ddl`] does. Each attempt is its own
+/// autocommit statement, so a failed one left nothing behind.
+async fn load_with_retry<T>(
+    conn: &mut AsyncPgConnection,
+    statement: &str,
+    policy: &LockPolicy,
+) -> Result<Vec<T>, RetentionError>
+where
+    T: QueryableByName<Pg> + Send + 'static,
+{
+    let mut retry = LockRetry::new(statement, policy);
+    loop {
+        let (result, rows) = match diesel::sql_query(statement).load::<T>(conn).await {
+            Ok(rows) => (Ok(()), rows),
+            Err(error) => (Err(error), Vec::new()),
+        };
+        if retry.settle(result).await? {
+            return Ok(rows);
+        }
+    }
 }
 
 /// Detaches `partition` with `DETACH … CONCURRENTLY`; returns whether it

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use adk_postgres_domain::StorePolicy;
+use adk_postgres_storage::policy::{PolicySettings, UsagePolicy};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, TimeDelta, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool, Date, Nullable, Timestamptz};
@@ -26,6 +27,29 @@ pub struct PolicySummary {
     /// `None`: sessions live until deleted unless the client asks otherwise.
     pub default_ttl_secs: Option<u64>,
     pub premake_days: u32,
+    /// The usage rollups' lateness and tiers; `None` before migration 12.
+    pub usage: Option<UsageSummary>,
+}
+
+/// The usage part of the policy in a report, in whole seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UsageSummary {
+    pub lateness_secs: u64,
+    pub minute_retention_secs: u64,
+    pub hour_retention_secs: u64,
+    /// `None`: day rows are kept for ever.
+    pub day_retention_secs: Option<u64>,
+}
+
+impl UsageSummary {
+    pub fn of(usage: &UsagePolicy) -> Self {
+        Self {
+            lateness_secs: usage.lateness.as_secs(),
+            minute_retention_secs: usage.minute_retention.as_secs(),
+            hour_retention_secs: usage.hour_retention.as_secs(),
+            day_retention_secs: usage.day_retention.map(|days| days.as_secs()),
+        }
+    }
 }
 
 impl PolicySummary {
@@ -35,7 +59,27 @@ impl PolicySummary {
             retention_secs: policy.retention.as_secs(),
             default_ttl_secs: policy.default_ttl.map(|ttl| ttl.as_secs()),
             premake_days: policy.premake_days,
+            usage: None,
         }
+    }
+
+    /// The summary with the usage tiers, when the database has them.
+    pub fn with_usage(self, usage: Option<&UsagePolicy>) -> Self {
+        Self { usage: usage.map(UsageSummary::of), ..self }
+    }
+}
+
+/// A policy duration as humantime prints it, except that whole days stay
+/// days: humantime's years and months are 365.25 and 30.44 days, which
+/// would print the default hour tier (400 days) as `1year 1month 4days 7h
+/// 26m 24s`.
+pub fn span_text(duration: Duration) -> String {
+    const DAY: u64 = 86_400;
+    let secs = duration.as_secs();
+    match (secs / DAY, secs % DAY, duration.subsec_nanos()) {
+        (1, 0, 0) => "1day".to_owned(),
+        (days, 0, 0) if days > 0 => format!("{days}days"),
+        _ => humantime::format_duration(duration).to_string(),
     }
 }
 
@@ -43,7 +87,7 @@ impl fmt::Display for PolicySummary {
     /// The policy on one line, as `adk-pg status` and `adk-pg maintain`
     /// print it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs = |secs: u64| humantime::format_duration(Duration::from_secs(secs));
+        let secs = |secs: u64| span_text(Duration::from_secs(secs));
         write!(
             f,
             "lifetime {}, retention {}, default TTL ",
@@ -54,7 +98,21 @@ impl fmt::Display for PolicySummary {
             Some(ttl) => write!(f, "{}", secs(ttl))?,
             None => f.write_str("none")?,
         }
-        write!(f, ", premake {} day(s)", self.premake_days)
+        write!(f, ", premake {} day(s)", self.premake_days)?;
+        if let Some(usage) = &self.usage {
+            write!(
+                f,
+                "; usage lateness {}, rollups kept 1m {}, 1h {}, 1d ",
+                secs(usage.lateness_secs),
+                secs(usage.minute_retention_secs),
+                secs(usage.hour_retention_secs)
+            )?;
+            match usage.day_retention_secs {
+                Some(days) => write!(f, "{}", secs(days))?,
+                None => f.write_str("for ever")?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -158,6 +216,40 @@ struct ExistsRow {
     exists: bool,
 }
 
+/// Whether migration 12 (usage rollups) is applied: its tables, functions
+/// and policy columns arrive together, so one table stands for all.
+/// Maintenance and health skip the rollups' share of their work without
+/// them rather than fail, so event partitions are kept whatever the state
+/// of the analytics.
+pub async fn usage_installed(conn: &mut AsyncPgConnection) -> Result<bool, RetentionError> {
+    Ok(diesel::sql_query("SELECT to_regclass('adk_usage_state') IS NOT NULL AS exists")
+        .load::<ExistsRow>(conn)
+        .await
+        .and_then(first_row)
+        .map_err(RetentionError::query("look for adk_usage_state"))?
+        .exists)
+}
+
+/// The whole policy row, usage tiers included; `NotMigrated` when the
+/// table or its usage columns are missing.
+pub async fn policy_settings(conn: &mut AsyncPgConnection) -> Result<PolicySettings, RetentionError> {
+    store_policy(conn).await?;
+    if !usage_installed(conn).await? {
+        return Err(RetentionError::NotMigrated(
+            "the usage rollups (migration 12) are not installed; run adk-pg migrate".into(),
+        ));
+    }
+    Ok(adk_postgres_storage::policy::read_policy_settings(conn).await?)
+}
+
+/// The usage tiers, or `None` before migration 12.
+pub async fn usage_policy(conn: &mut AsyncPgConnection) -> Result<Option<UsagePolicy>, RetentionError> {
+    if !usage_installed(conn).await? {
+        return Ok(None);
+    }
+    Ok(Some(adk_postgres_storage::policy::read_usage_policy(conn).await?))
+}
+
 /// The policy in the database; `NotMigrated` when the table is missing.
 pub async fn store_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, RetentionError> {
     let exists = diesel::sql_query("SELECT to_regclass('adk_store_policy') IS NOT NULL AS exists")
@@ -206,6 +298,28 @@ mod tests {
         let forever = StorePolicy { retention: Duration::from_secs(u64::MAX / 4), ..StorePolicy::default() };
         assert_eq!(retire_before(&forever, day("2030-03-01")), NaiveDate::MIN);
         assert_eq!(active_since(start_of(day("2030-03-01")), forever.retention), None);
+    }
+
+    #[test]
+    fn whole_days_print_as_days() {
+        assert_eq!(span_text(DAY), "1day");
+        assert_eq!(span_text(DAY * 400), "400days");
+        assert_eq!(span_text(DAY * 30), "30days");
+        assert_eq!(span_text(Duration::from_secs(90 * 60)), "1h 30m");
+        assert_eq!(span_text(DAY + Duration::from_secs(3600)), "1day 1h");
+        assert_eq!(span_text(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn the_summary_names_the_usage_tiers_when_there_are_any() {
+        let plain = PolicySummary::of(&StorePolicy::default());
+        assert_eq!(plain.to_string(), "lifetime 7days, retention 30days, default TTL none, premake 7 day(s)");
+        let usage = plain.with_usage(Some(&UsagePolicy::default()));
+        assert_eq!(
+            usage.to_string(),
+            "lifetime 7days, retention 30days, default TTL none, premake 7 day(s); \
+             usage lateness 1day, rollups kept 1m 14days, 1h 400days, 1d for ever"
+        );
     }
 
     #[test]

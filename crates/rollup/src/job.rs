@@ -10,7 +10,9 @@
 //!   moment has ended (`pg_locks`, readable without privileges). After
 //!   that, no row with `created_at < T` can still commit, so the window
 //!   `[watermark, T)` is complete and the next run starts at `T`.
-//! - A run is one transaction: its minute rows, hours, days, invocation
+//! - A run is one read-committed transaction (each statement sees what
+//!   committed before it, so the events query sees every writer waited
+//!   for): its minute rows, hours, days, invocation
 //!   tails, late counters and the new watermark commit together or not at
 //!   all, so an event is never counted twice or missed across a crash.
 //! - Runs never overlap: each locks the single state row, and a second run
@@ -234,7 +236,10 @@ pub async fn run_rollup(database_url: &str, config: &RollupConfig) -> Result<Rol
         return Err(RollupError::InvalidInput { field: "author_cap", reason: "must be at least 1".into() });
     }
     let mut conn = connect(database_url, "adk-pg rollup", &config.lock_policy).await?;
-    conn.batch_execute("BEGIN").await.map_err(RollupError::query("begin the rollup"))?;
+    // Read committed whatever the database's default: the events query must
+    // take its snapshot after the wait for writers, not at the first
+    // statement as repeatable read would.
+    conn.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.map_err(RollupError::query("begin the rollup"))?;
     let started = Instant::now();
     let outcome = roll_up(&mut conn, config).await;
     match outcome {
@@ -457,8 +462,18 @@ async fn roll_up(conn: &mut AsyncPgConnection, config: &RollupConfig) -> Result<
     .await
     .map_err(RollupError::query("advance the watermark"))?;
     record_run(conn, &report, "ok").await?;
+    // The run log is for status and the dashboard, not an archive: at one
+    // run a minute it would otherwise grow by half a million rows a year.
+    diesel::sql_query("DELETE FROM adk_usage_runs WHERE finished_at < now() - $1::interval")
+        .bind::<Text, _>(RUN_HISTORY)
+        .execute(conn)
+        .await
+        .map_err(RollupError::query("prune the run log"))?;
     Ok(report)
 }
+
+/// How long rollup runs stay in `adk_usage_runs`.
+const RUN_HISTORY: &str = "30 days";
 
 async fn clock(conn: &mut AsyncPgConnection) -> Result<DateTime<Utc>, RollupError> {
     diesel::sql_query("SELECT clock_timestamp() AS now")

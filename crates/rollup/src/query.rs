@@ -302,7 +302,7 @@ impl UsageFigures {
             prompt_tokens: aggregate.prompt_tokens,
             candidates_tokens: aggregate.candidates_tokens,
             total_tokens: aggregate.total_tokens,
-            cost: aggregate.cost.as_ref().map(|c: &BigDecimal| c.normalized().to_string()),
+            cost: aggregate.cost.as_ref().map(|c: &BigDecimal| c.normalized().to_plain_string()),
             latency_ms: quantiles(&aggregate.latency),
             payload_size: quantiles(&aggregate.size),
             sessions: aggregate.sessions.estimate().round() as u64,
@@ -369,8 +369,11 @@ pub async fn tiers(conn: &mut AsyncPgConnection) -> Result<(Tiers, DateTime<Utc>
     Ok((Tiers { minutes: secs(row.minutes), hours: secs(row.hours), days: secs(row.days) }, row.now))
 }
 
-/// Answers `query` on `conn` (as the store's owner, or a role bound to the
-/// app: row-level security applies).
+/// Answers `query` on `conn`, connected as the store's owner: usage is an
+/// operator's view, and the policy it reads (`adk_store_policy`,
+/// `adk_policy_seconds`) is not granted to service roles. The usage tables
+/// still carry row-level security, so a role bound to an app that an
+/// operator grants reads to sees only that app's rows.
 pub async fn usage(conn: &mut AsyncPgConnection, query: &UsageQuery) -> Result<UsageReport, UsageError> {
     let (tiers, now) = tiers(conn).await?;
     let plan = plan(query, &tiers, now)?;
@@ -526,6 +529,15 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn costs_print_as_plain_decimals() {
+        let aggregate =
+            Aggregate { events: 1, cost: Some("0.00000025".parse().expect("decimal")), ..Aggregate::default() };
+        assert_eq!(UsageFigures::of(&aggregate).cost.as_deref(), Some("0.00000025"));
+        let aggregate = Aggregate { events: 1, cost: Some("1.500".parse().expect("decimal")), ..Aggregate::default() };
+        assert_eq!(UsageFigures::of(&aggregate).cost.as_deref(), Some("1.5"));
     }
 
     #[test]

@@ -140,7 +140,11 @@ impl Windows {
     }
 }
 
-/// Every row of `level` inside any of `windows`.
+/// Every row of `level` inside any of `windows`, in key order (so sketches
+/// merge in the same order, and a recomputed bucket gets the same bytes).
+/// Each window is an index range scan of its own (`LATERAL`, kept from
+/// being flattened by `OFFSET 0`): as a plain join, the planner matches on
+/// the app alone and compares every window with every row of the app.
 pub(crate) async fn load(
     conn: &mut AsyncPgConnection,
     level: Level,
@@ -149,11 +153,13 @@ pub(crate) async fn load(
     let Some((lo, hi)) = windows.span() else { return Ok(Vec::new()) };
     let table = quote_ident(level.table());
     diesel::sql_query(format!(
-        "SELECT {columns} FROM {table} u
-         JOIN unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS w(app, lo, hi)
-           ON u.app_name = w.app AND u.bucket_start >= w.lo AND u.bucket_start < w.hi
-         WHERE u.bucket_start >= $4 AND u.bucket_start < $5",
-        columns = ROW_COLUMNS.split(", ").map(|c| format!("u.{c}")).collect::<Vec<_>>().join(", "),
+        "SELECT u.* FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS w(app, lo, hi)
+         CROSS JOIN LATERAL (
+             SELECT {ROW_COLUMNS} FROM {table} t
+             WHERE t.app_name = w.app AND t.bucket_start >= w.lo AND t.bucket_start < w.hi
+               AND t.bucket_start >= $4 AND t.bucket_start < $5
+             OFFSET 0) AS u
+         ORDER BY u.app_name, u.bucket_start, u.author, u.kind, u.folded",
     ))
     .bind::<Array<Text>, _>(&windows.apps)
     .bind::<Array<Timestamptz>, _>(&windows.from)
@@ -164,7 +170,9 @@ pub(crate) async fn load(
     .await
 }
 
-/// Replaces every row of `level` inside `windows` by `rows`.
+/// Replaces every row of the buckets `windows` name by `rows`. Each window
+/// is one bucket of `level` (its start is the bucket), so rows are deleted
+/// by equality on (app, bucket start), the primary key's prefix.
 pub(crate) async fn replace(
     conn: &mut AsyncPgConnection,
     level: Level,
@@ -175,13 +183,12 @@ pub(crate) async fn replace(
     let table = quote_ident(level.table());
     diesel::sql_query(format!(
         "DELETE FROM {table} u
-         USING unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS w(app, lo, hi)
-         WHERE u.app_name = w.app AND u.bucket_start >= w.lo AND u.bucket_start < w.hi
-           AND u.bucket_start >= $4 AND u.bucket_start < $5"
+         USING unnest($1::text[], $2::timestamptz[]) AS w(app, bucket)
+         WHERE u.app_name = w.app AND u.bucket_start = w.bucket
+           AND u.bucket_start >= $3 AND u.bucket_start < $4"
     ))
     .bind::<Array<Text>, _>(&windows.apps)
     .bind::<Array<Timestamptz>, _>(&windows.from)
-    .bind::<Array<Timestamptz>, _>(&windows.to)
     .bind::<Timestamptz, _>(lo)
     .bind::<Timestamptz, _>(hi)
     .execute(conn)

@@ -4,6 +4,10 @@
 //! The row is the one source of truth for the session lifetime appends
 //! enforce, the retention maintenance keeps after it, the default TTL and
 //! the days of partitions premade ahead; [`StorePolicy`] is its Rust face.
+//! The same row holds the usage rollups' lateness window and the retention
+//! of each rollup tier ([`UsagePolicy`]); they are read, checked and
+//! changed by the same functions, so a change of either is one
+//! compare-and-set of the whole row.
 //! Intervals are read the way the SQL side reads them
 //! (`adk_policy_seconds`): a day is 24 hours and a month 30 days, so no
 //! reading depends on the server's TimeZone.
@@ -33,6 +37,93 @@ const MICROS_PER_DAY: i128 = 86_400_000_000;
 /// changed the row between its read and its write.
 const AMEND_ATTEMPTS: u32 = 5;
 
+/// Shortest and longest lateness window the database accepts
+/// (`adk_store_policy_usage_lateness_range`).
+pub const MIN_USAGE_LATENESS: Duration = Duration::from_secs(60);
+pub const MAX_USAGE_LATENESS: Duration = Duration::from_secs(7 * 86_400);
+
+/// The usage rollups' part of the policy row: how late an event may arrive
+/// and still be rolled up, and how long each rollup level is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsagePolicy {
+    /// Events whose own time is further than this from their arrival are
+    /// counted as late, not rolled up (1 minute to 7 days).
+    pub lateness: Duration,
+    /// How long minute rows are kept; at least a day longer than the
+    /// lateness window, so a late event still finds the minutes its hour is
+    /// recomputed from.
+    pub minute_retention: Duration,
+    /// How long hour rows are kept; never shorter than the minutes'.
+    pub hour_retention: Duration,
+    /// How long day rows are kept, `None` for ever; never shorter than the
+    /// hours'.
+    pub day_retention: Option<Duration>,
+}
+
+impl Default for UsagePolicy {
+    /// What migration 12 installs.
+    fn default() -> Self {
+        const DAY: Duration = Duration::from_secs(86_400);
+        Self { lateness: DAY, minute_retention: DAY * 14, hour_retention: DAY * 400, day_retention: None }
+    }
+}
+
+impl UsagePolicy {
+    /// Refuses the tiers the database's CHECK constraints would refuse,
+    /// naming the field that would have to be longer, so nothing is sent.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.lateness < MIN_USAGE_LATENESS || self.lateness > MAX_USAGE_LATENESS {
+            return Err(StoreError::invalid(
+                "usage_lateness",
+                format!("{:?} is outside 1 minute to 7 days", self.lateness),
+            ));
+        }
+        let covers_lateness = self.lateness.saturating_add(Duration::from_secs(86_400));
+        if self.minute_retention < covers_lateness {
+            return Err(StoreError::invalid(
+                "usage_minute_retention",
+                format!(
+                    "{:?} is shorter than the lateness window ({:?}) plus a day",
+                    self.minute_retention, self.lateness
+                ),
+            ));
+        }
+        if self.hour_retention < self.minute_retention {
+            return Err(StoreError::invalid(
+                "usage_hour_retention",
+                format!(
+                    "{:?} is shorter than the minute tier's retention ({:?})",
+                    self.hour_retention, self.minute_retention
+                ),
+            ));
+        }
+        if let Some(days) = self.day_retention
+            && days < self.hour_retention
+        {
+            return Err(StoreError::invalid(
+                "usage_day_retention",
+                format!("{days:?} is shorter than the hour tier's retention ({:?})", self.hour_retention),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The whole policy row: the store's policy and the usage rollups' tiers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicySettings {
+    pub store: StorePolicy,
+    pub usage: UsagePolicy,
+}
+
+impl PolicySettings {
+    /// Both halves checked, the store's first.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        self.store.validate()?;
+        self.usage.validate()
+    }
+}
+
 /// A partial change of the policy: `None` keeps the current value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyAmendment {
@@ -41,6 +132,11 @@ pub struct PolicyAmendment {
     /// `Some(None)` removes the default TTL.
     pub default_ttl: Option<Option<Duration>>,
     pub premake_days: Option<u32>,
+    pub usage_lateness: Option<Duration>,
+    pub usage_minute_retention: Option<Duration>,
+    pub usage_hour_retention: Option<Duration>,
+    /// `Some(None)` keeps day rows for ever.
+    pub usage_day_retention: Option<Option<Duration>>,
 }
 
 impl PolicyAmendment {
@@ -57,6 +153,21 @@ impl PolicyAmendment {
             default_ttl: self.default_ttl.unwrap_or(current.default_ttl),
             premake_days: self.premake_days.unwrap_or(current.premake_days),
         }
+    }
+
+    /// `current` usage tiers with the amended fields replaced.
+    pub fn apply_usage(&self, current: &UsagePolicy) -> UsagePolicy {
+        UsagePolicy {
+            lateness: self.usage_lateness.unwrap_or(current.lateness),
+            minute_retention: self.usage_minute_retention.unwrap_or(current.minute_retention),
+            hour_retention: self.usage_hour_retention.unwrap_or(current.hour_retention),
+            day_retention: self.usage_day_retention.unwrap_or(current.day_retention),
+        }
+    }
+
+    /// The whole row `current` would become.
+    pub fn apply_settings(&self, current: &PolicySettings) -> PolicySettings {
+        PolicySettings { store: self.apply(&current.store), usage: self.apply_usage(&current.usage) }
     }
 }
 
@@ -114,6 +225,47 @@ struct PolicyRow {
     retention: PgInterval,
     default_ttl: Option<PgInterval>,
     premake_days: i32,
+}
+
+/// The usage columns of the policy row.
+#[derive(QueryableByName, Queryable, Selectable)]
+#[diesel(table_name = adk_store_policy, check_for_backend(Pg))]
+struct UsageRow {
+    usage_lateness: PgInterval,
+    usage_minute_retention: PgInterval,
+    usage_hour_retention: PgInterval,
+    usage_day_retention: Option<PgInterval>,
+}
+
+impl UsageRow {
+    fn into_usage(self) -> Result<UsagePolicy, StoreError> {
+        Ok(UsagePolicy {
+            lateness: duration_of("usage_lateness", &self.usage_lateness)?,
+            minute_retention: duration_of("usage_minute_retention", &self.usage_minute_retention)?,
+            hour_retention: duration_of("usage_hour_retention", &self.usage_hour_retention)?,
+            day_retention: self
+                .usage_day_retention
+                .as_ref()
+                .map(|days| duration_of("usage_day_retention", days))
+                .transpose()?,
+        })
+    }
+}
+
+/// The whole policy row.
+#[derive(QueryableByName, Queryable, Selectable)]
+#[diesel(table_name = adk_store_policy, check_for_backend(Pg))]
+struct SettingsRow {
+    #[diesel(embed)]
+    store: PolicyRow,
+    #[diesel(embed)]
+    usage: UsageRow,
+}
+
+impl SettingsRow {
+    fn into_settings(self) -> Result<PolicySettings, StoreError> {
+        Ok(PolicySettings { store: self.store.into_policy()?, usage: self.usage.into_usage()? })
+    }
 }
 
 impl PolicyRow {
@@ -204,6 +356,10 @@ fn policy_field(constraint: &str) -> Option<&'static str> {
         "adk_store_policy_retention_covers_lifetime" => Some("retention"),
         "adk_store_policy_ttl_positive" => Some("default_ttl"),
         "adk_store_policy_premake_days_range" => Some("premake_days"),
+        "adk_store_policy_usage_lateness_range" => Some("usage_lateness"),
+        "adk_store_policy_minute_tier_covers_lateness" => Some("usage_minute_retention"),
+        "adk_store_policy_hour_tier_covers_minutes" => Some("usage_hour_retention"),
+        "adk_store_policy_day_tier_covers_hours" => Some("usage_day_retention"),
         _ => None,
     }
 }
@@ -226,6 +382,7 @@ fn missing_row() -> StoreError {
 }
 
 const COLUMNS: &str = "max_session_lifetime, retention, default_ttl, premake_days";
+const USAGE_COLUMNS: &str = "usage_lateness, usage_minute_retention, usage_hour_retention, usage_day_retention";
 
 /// The policy in force.
 pub async fn read_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, StoreError> {
@@ -241,6 +398,51 @@ pub async fn read_policy(conn: &mut AsyncPgConnection) -> Result<StorePolicy, St
         .next()
         .ok_or_else(missing_row)?
         .into_policy()
+}
+
+/// The whole policy row: the store's policy and the usage tiers.
+pub async fn read_policy_settings(conn: &mut AsyncPgConnection) -> Result<PolicySettings, StoreError> {
+    adk_store_policy::table
+        .filter(adk_store_policy::id)
+        .select(SettingsRow::as_select())
+        .load::<SettingsRow>(conn)
+        .await
+        .map_err(from_policy_error)?
+        .into_iter()
+        .next()
+        .ok_or_else(missing_row)?
+        .into_settings()
+}
+
+/// The usage rollups' lateness window and tiers.
+pub async fn read_usage_policy(conn: &mut AsyncPgConnection) -> Result<UsagePolicy, StoreError> {
+    Ok(read_policy_settings(conn).await?.usage)
+}
+
+/// Replaces the usage tiers with `usage` and returns what is now stored;
+/// the store's policy is left as it is. Inconsistent tiers are refused
+/// before anything is written, naming the field. The change is recorded.
+pub async fn set_usage_policy(conn: &mut AsyncPgConnection, usage: &UsagePolicy) -> Result<UsagePolicy, StoreError> {
+    usage.validate()?;
+    let binds = UsageBinds::of(usage)?;
+    diesel::sql_query(format!(
+        "UPDATE adk_store_policy
+            SET usage_lateness = $1, usage_minute_retention = $2, usage_hour_retention = $3,
+                usage_day_retention = $4
+          WHERE id
+      RETURNING {USAGE_COLUMNS}"
+    ))
+    .bind::<Interval, _>(binds.lateness)
+    .bind::<Interval, _>(binds.minutes)
+    .bind::<Interval, _>(binds.hours)
+    .bind::<Nullable<Interval>, _>(binds.days)
+    .load::<UsageRow>(conn)
+    .await
+    .map_err(from_policy_error)?
+    .into_iter()
+    .next()
+    .ok_or_else(missing_row)?
+    .into_usage()
 }
 
 /// Replaces the policy with `policy` and returns what is now stored. An
@@ -271,37 +473,62 @@ pub async fn set_policy(conn: &mut AsyncPgConnection, policy: &StorePolicy) -> R
 /// Changes the fields `amendment` names and keeps the others, as one
 /// compare-and-set: a concurrent change of another field is never
 /// overwritten with its old value. Validates the resulting policy before
-/// writing anything.
+/// writing anything. Returns the store's policy now stored; see
+/// [`amend_policy_settings`] for the whole row.
 pub async fn amend_policy(
     conn: &mut AsyncPgConnection,
     amendment: &PolicyAmendment,
 ) -> Result<StorePolicy, StoreError> {
+    Ok(amend_policy_settings(conn, amendment).await?.store)
+}
+
+/// [`amend_policy`], returning the whole row now stored, usage tiers
+/// included.
+pub async fn amend_policy_settings(
+    conn: &mut AsyncPgConnection,
+    amendment: &PolicyAmendment,
+) -> Result<PolicySettings, StoreError> {
     for _ in 0..AMEND_ATTEMPTS {
-        let current = read_policy(conn).await?;
-        let wanted = amendment.apply(&current);
+        let current = read_policy_settings(conn).await?;
+        let wanted = amendment.apply_settings(&current);
         wanted.validate()?;
-        let (old, new) = (Binds::of(&current)?, Binds::of(&wanted)?);
+        let (old, new) = (Binds::of(&current.store)?, Binds::of(&wanted.store)?);
+        let (old_usage, new_usage) = (UsageBinds::of(&current.usage)?, UsageBinds::of(&wanted.usage)?);
+        // Every column is compared, so the row written is exactly the one
+        // read plus this amendment, whichever half another writer changed.
         let rows = diesel::sql_query(format!(
             "UPDATE adk_store_policy
-                SET max_session_lifetime = $1, retention = $2, default_ttl = $3, premake_days = $4
+                SET max_session_lifetime = $1, retention = $2, default_ttl = $3, premake_days = $4,
+                    usage_lateness = $5, usage_minute_retention = $6, usage_hour_retention = $7,
+                    usage_day_retention = $8
               WHERE id
-                AND (max_session_lifetime, retention, default_ttl, premake_days)
-                    IS NOT DISTINCT FROM ($5::interval, $6::interval, $7::interval, $8::integer)
-          RETURNING {COLUMNS}"
+                AND (max_session_lifetime, retention, default_ttl, premake_days,
+                     usage_lateness, usage_minute_retention, usage_hour_retention, usage_day_retention)
+                    IS NOT DISTINCT FROM ($9::interval, $10::interval, $11::interval, $12::integer,
+                                          $13::interval, $14::interval, $15::interval, $16::interval)
+          RETURNING {COLUMNS}, {USAGE_COLUMNS}"
         ))
         .bind::<Interval, _>(new.lifetime)
         .bind::<Interval, _>(new.retention)
         .bind::<Nullable<Interval>, _>(new.default_ttl)
         .bind::<Integer, _>(new.premake_days)
+        .bind::<Interval, _>(new_usage.lateness)
+        .bind::<Interval, _>(new_usage.minutes)
+        .bind::<Interval, _>(new_usage.hours)
+        .bind::<Nullable<Interval>, _>(new_usage.days)
         .bind::<Interval, _>(old.lifetime)
         .bind::<Interval, _>(old.retention)
         .bind::<Nullable<Interval>, _>(old.default_ttl)
         .bind::<Integer, _>(old.premake_days)
-        .load::<PolicyRow>(conn)
+        .bind::<Interval, _>(old_usage.lateness)
+        .bind::<Interval, _>(old_usage.minutes)
+        .bind::<Interval, _>(old_usage.hours)
+        .bind::<Nullable<Interval>, _>(old_usage.days)
+        .load::<SettingsRow>(conn)
         .await
         .map_err(from_policy_error)?;
         if let Some(row) = rows.into_iter().next() {
-            return row.into_policy();
+            return row.into_settings();
         }
     }
     Err(StoreError::Conflict { message: "the store policy kept changing while it was being amended".into() })
@@ -350,6 +577,24 @@ impl Binds {
     }
 }
 
+struct UsageBinds {
+    lateness: PgInterval,
+    minutes: PgInterval,
+    hours: PgInterval,
+    days: Option<PgInterval>,
+}
+
+impl UsageBinds {
+    fn of(usage: &UsagePolicy) -> Result<Self, StoreError> {
+        Ok(Self {
+            lateness: interval_of("usage_lateness", usage.lateness)?,
+            minutes: interval_of("usage_minute_retention", usage.minute_retention)?,
+            hours: interval_of("usage_hour_retention", usage.hour_retention)?,
+            days: usage.day_retention.map(|days| interval_of("usage_day_retention", days)).transpose()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +616,10 @@ mod tests {
         assert_eq!(policy_field("adk_store_policy_lifetime_positive"), Some("max_session_lifetime"));
         assert_eq!(policy_field("adk_store_policy_ttl_positive"), Some("default_ttl"));
         assert_eq!(policy_field("adk_store_policy_premake_days_range"), Some("premake_days"));
+        assert_eq!(policy_field("adk_store_policy_usage_lateness_range"), Some("usage_lateness"));
+        assert_eq!(policy_field("adk_store_policy_minute_tier_covers_lateness"), Some("usage_minute_retention"));
+        assert_eq!(policy_field("adk_store_policy_hour_tier_covers_minutes"), Some("usage_hour_retention"));
+        assert_eq!(policy_field("adk_store_policy_day_tier_covers_hours"), Some("usage_day_retention"));
         assert_eq!(policy_field("adk_sessions_state_size"), None);
     }
 
@@ -385,6 +634,50 @@ mod tests {
             .apply(&StorePolicy { default_ttl: Some(Duration::from_secs(60)), ..current });
         assert_eq!(cleared.default_ttl, None);
         assert!(PolicyAmendment::default().is_empty());
+    }
+
+    #[test]
+    fn inconsistent_usage_tiers_name_the_field_that_must_be_longer() {
+        const DAY: Duration = Duration::from_secs(86_400);
+        UsagePolicy::default().validate().expect("the migration's tiers are valid");
+        let field = |usage: UsagePolicy| match usage.validate() {
+            Err(StoreError::InvalidInput { field, .. }) => field,
+            other => panic!("expected invalid input, got {other:?}"),
+        };
+        let base = UsagePolicy::default();
+        assert_eq!(field(UsagePolicy { lateness: Duration::from_secs(59), ..base }), "usage_lateness");
+        assert_eq!(field(UsagePolicy { lateness: DAY * 8, ..base }), "usage_lateness");
+        assert_eq!(field(UsagePolicy { minute_retention: DAY, ..base }), "usage_minute_retention");
+        assert_eq!(field(UsagePolicy { hour_retention: DAY * 13, ..base }), "usage_hour_retention");
+        assert_eq!(field(UsagePolicy { day_retention: Some(DAY * 399), ..base }), "usage_day_retention");
+        // Exactly the bounds the CHECK constraints allow.
+        let tight = UsagePolicy {
+            lateness: Duration::from_secs(60),
+            minute_retention: DAY + Duration::from_secs(60),
+            hour_retention: DAY + Duration::from_secs(60),
+            day_retention: Some(DAY + Duration::from_secs(60)),
+        };
+        tight.validate().expect("the tightest consistent tiers");
+        let huge = UsagePolicy { minute_retention: Duration::MAX, hour_retention: Duration::MAX, ..base };
+        huge.validate().expect("no overflow on enormous tiers");
+        assert!(matches!(UsageBinds::of(&huge), Err(StoreError::InvalidInput { .. })));
+    }
+
+    #[test]
+    fn an_amendment_of_the_tiers_keeps_the_rest() {
+        const DAY: Duration = Duration::from_secs(86_400);
+        let amendment = PolicyAmendment {
+            usage_minute_retention: Some(DAY * 7),
+            usage_day_retention: Some(Some(DAY * 800)),
+            ..Default::default()
+        };
+        let amended = amendment.apply_settings(&PolicySettings::default());
+        assert_eq!(amended.store, StorePolicy::default());
+        assert_eq!(
+            amended.usage,
+            UsagePolicy { minute_retention: DAY * 7, day_retention: Some(DAY * 800), ..UsagePolicy::default() }
+        );
+        assert!(!amendment.is_empty());
     }
 
     #[test]
