@@ -17,6 +17,7 @@ mod pgstat;
 mod proxy;
 mod report;
 mod retention;
+mod rollup;
 mod run;
 mod server;
 mod workload;

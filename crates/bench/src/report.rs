@@ -15,6 +15,7 @@ use crate::ops::Op;
 use crate::pgstat::HotRatio;
 use crate::proxy::Traffic;
 use crate::retention::RetentionReport;
+use crate::rollup::{RollupBenchReport, RollupRun};
 use crate::server::{ServerInfo, human_bytes};
 use crate::workload::Plan;
 
@@ -190,6 +191,8 @@ pub struct Report {
     /// HOT-update ratio of each implementation's sessions table after the appends.
     pub hot: BTreeMap<Peer, HotRatio>,
     pub retention: RetentionReport,
+    /// Usage rollups of a backlog of events, and of the minute after it.
+    pub rollup: RollupBenchReport,
     pub peak_rss_bytes: Option<u64>,
     pub notes: Vec<String>,
     pub elapsed_secs: f64,
@@ -467,6 +470,72 @@ impl Report {
         table
     }
 
+    fn rollup_table(&self) -> Table {
+        let mut table = Table::new();
+        table.load_style(ASCII_MARKDOWN);
+        table.set_header(vec![
+            "run",
+            "events",
+            "wall s",
+            "job CPU s",
+            "events/s",
+            "WAL",
+            "WAL bytes/event",
+            "1m rows",
+            "1h rows",
+            "1d rows",
+            "1m / 1h / 1d buckets",
+        ]);
+        let row = |label: String, r: &RollupRun| {
+            vec![
+                label,
+                r.events.to_string(),
+                format!("{:.2}", r.secs),
+                format!("{:.2}", r.job_cpu_secs),
+                format!("{:.0}", r.events_per_sec),
+                human_bytes(r.wal_bytes as f64),
+                format!("{:.0}", r.wal_bytes_per_event),
+                r.minute_rows.to_string(),
+                r.hour_rows.to_string(),
+                r.day_rows.to_string(),
+                format!("{} / {} / {}", r.report.minute_buckets, r.report.hour_buckets, r.report.day_buckets),
+            ]
+        };
+        let rollup = &self.rollup;
+        for (i, run) in rollup.runs.iter().enumerate() {
+            let label = if rollup.runs.len() == 1 {
+                "backlog (one run)".to_owned()
+            } else {
+                format!("backlog {}/{}", i + 1, rollup.runs.len())
+            };
+            table.add_row(row(label, run));
+        }
+        if rollup.runs.len() > 1 {
+            table.add_row(vec![
+                "backlog, median".to_owned(),
+                rollup.events.to_string(),
+                format!("{:.2}", rollup.median_secs),
+                "-".into(),
+                format!("{:.0}", rollup.median_events_per_sec),
+                human_bytes(rollup.median_wal_bytes as f64),
+                format!("{:.0}", rollup.median_wal_bytes_per_event),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
+        if let Some(run) = &rollup.incremental {
+            table.add_row(row("the minute after".to_owned(), run));
+        }
+        for i in 1..=10 {
+            if let Some(column) = table.column_mut(i) {
+                column.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        table
+    }
+
     pub fn print(&self) {
         let m = &self.machine;
         println!();
@@ -541,6 +610,41 @@ impl Report {
             human_bytes(r.delete_wal_bytes as f64)
         );
         println!("  WAL ratio {:.3}%, time ratio {:.1}%", r.wal_ratio * 100.0, r.time_ratio * 100.0);
+        println!();
+        let u = &self.rollup;
+        println!(
+            "Usage rollup (run_rollup, in this process, as the owner) of a backlog of {} events: {} apps x {} agents, \
+             {} users, {} sessions, {} invocations (user message, tool call, tool result, answer; model events with \
+             usage_metadata tokens and cost, ~1% errors) over {} minutes; {} from empty levels and a \
+             checkpoint, wall time of run_rollup{}; seeding took {:.1} s (untimed):",
+            u.events,
+            u.apps,
+            u.agents_per_app,
+            u.users,
+            u.sessions,
+            u.invocations,
+            u.span_minutes,
+            if u.runs.len() == 1 { "one run".to_owned() } else { format!("{} runs, each", u.runs.len()) },
+            if u.runs.len() == 1 { " (a single run: no median)" } else { ", median of the runs" },
+            u.seed_secs
+        );
+        println!("{}", self.rollup_table());
+        if let Some(last) = u.runs.last() {
+            let z = &last.sizes;
+            println!(
+                "  on disk after a backlog run (tables and indexes): 1m rows {}, 1h {}, 1d {}; invocation tails {}",
+                human_bytes(z.minute_bytes as f64),
+                human_bytes(z.hour_bytes as f64),
+                human_bytes(z.day_bytes as f64),
+                human_bytes(z.invocation_tails_bytes as f64)
+            );
+        }
+        println!(
+            "  the minute after: a minute of the same traffic arriving after the backlog, rolled up on top of it \
+             (its minutes merged, their hours and days recomputed from the level below), as `adk-pg rollup \
+             --every 1m` runs; rows are totals after the run; job CPU: CPU of this process, where the rollup \
+             job runs (streaming rows, sketches, merges, encoding), during the run; the server's work overlaps it"
+        );
         println!();
         if !self.crowd.is_empty() {
             println!(

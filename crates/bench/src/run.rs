@@ -29,6 +29,7 @@ use crate::pgstat::{HotRatio, StatementCount, StatementCounter, hot_ratio};
 use crate::proxy::Proxy;
 use crate::report::{self, Measured, Report, RoundTripKind, RoundTrips};
 use crate::retention;
+use crate::rollup;
 use crate::server::{Server, connect};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
@@ -39,6 +40,7 @@ use crate::workload::{
 const SEQUENTIAL_BASE: usize = 100_000;
 const CONCURRENT_BASE: usize = 200_000;
 const RETENTION_DATABASE: &str = "adk_bench_retention";
+const ROLLUP_DATABASE: &str = "adk_bench_rollup";
 /// Untimed operations of each kind before the round-trip pass counts.
 const WARM_UP: usize = 3;
 
@@ -156,6 +158,16 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             .await?;
     bench.server.drop_database(RETENTION_DATABASE).await?;
 
+    // Usage rollups next, while still nothing else writes WAL.
+    log(format!(
+        "usage rollup: {} events, rolled up {} time(s) from scratch, then one minute more",
+        bench.plan.rollup_events, bench.plan.rollup_runs
+    ));
+    let rollup_url = bench.server.fresh_database(ROLLUP_DATABASE).await?;
+    migrate_ours(&rollup_url, today).await?;
+    let rollup = rollup::measure(&rollup_url, bench.plan.rollup_events, bench.plan.rollup_runs).await?;
+    bench.server.drop_database(ROLLUP_DATABASE).await?;
+
     bench.setup_sessions().await?;
     bench.creates().await?;
     bench.appends().await?;
@@ -176,6 +188,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         crowd,
         hot,
         retention,
+        rollup,
         peak_rss_bytes,
         notes: bench.notes.clone(),
         elapsed_secs: started.elapsed().as_secs_f64(),

@@ -49,6 +49,10 @@ pub struct Plan {
     /// Events of the retention day (sessions x events each).
     pub retention_sessions: usize,
     pub retention_events_per_session: usize,
+    /// Events of the backlog the usage rollup rolls up, and how many times
+    /// it is rolled up from scratch (the median run is reported).
+    pub rollup_events: usize,
+    pub rollup_runs: usize,
     /// Operations per kind in the round-trip pass.
     pub round_trip_ops: usize,
     /// Writers of each crowd section (ours), and seconds each lasts.
@@ -71,6 +75,8 @@ impl Plan {
             read_rounds: 5,
             retention_sessions: 1_000,
             retention_events_per_session: 100,
+            rollup_events: 1_000_000,
+            rollup_runs: 3,
             round_trip_ops: 50,
             crowd_writers: CROWD_WRITERS.to_vec(),
             crowd_secs: 10,
@@ -92,6 +98,8 @@ impl Plan {
             read_rounds: 1,
             retention_sessions: 100,
             retention_events_per_session: 100,
+            rollup_events: 100_000,
+            rollup_runs: 1,
             round_trip_ops: 5,
             crowd_writers: CROWD_WRITERS.to_vec(),
             crowd_secs: 3,

@@ -6,13 +6,23 @@
 //! Answers are a function of the history the runner loaded from the store
 //! (`turn N: …` counts the earlier answers), so a wrong or missing history
 //! shows up as a wrong answer.
+//!
+//! `ScriptedLlm` reports no usage, so the model is wrapped in [`Metered`],
+//! which puts `usage_metadata` on every answer as a hosted model would:
+//! prompt tokens for the whole request it was sent (the history, the
+//! instruction and the tool's declaration), output tokens for the answer,
+//! both estimated at four characters a token, and the cost at an
+//! illustrative price ([`PRICE_PER_MILLION`]). The store keeps it in the
+//! event, and the usage rollups count it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use adk_agent::LlmAgentBuilder;
-use adk_core::{Agent, Tool, ToolContext};
+use adk_core::{Agent, Llm, LlmRequest, LlmResponseStream, Tool, ToolContext, UsageMetadata};
 use adk_postgres_adk::{ScriptedLlm, ScriptedTurn};
 use async_trait::async_trait;
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 /// The agent's name: the author of its events.
@@ -68,13 +78,125 @@ fn model() -> ScriptedLlm {
     })
 }
 
+/// Illustrative prices, in US dollars per million prompt and output tokens
+/// (a small hosted model's list price).
+pub const PRICE_PER_MILLION: (f64, f64) = (0.30, 2.50);
+/// Characters per token of the estimate.
+const CHARS_PER_TOKEN: usize = 4;
+
+/// What the model reported, summed over every answer it gave.
+#[derive(Debug, Default)]
+pub struct Meter {
+    calls: AtomicU64,
+    prompt_tokens: AtomicU64,
+    candidates_tokens: AtomicU64,
+    /// In billionths of a dollar, so the sum is exact.
+    cost_nanos: AtomicU64,
+}
+
+/// A [`Meter`]'s totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeterReading {
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub candidates_tokens: u64,
+    pub cost_nanos: u64,
+}
+
+impl MeterReading {
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens + self.candidates_tokens
+    }
+
+    /// The cost in dollars, as the model reported it (nine decimals).
+    pub fn cost(&self) -> String {
+        format!("{}.{:09}", self.cost_nanos / 1_000_000_000, self.cost_nanos % 1_000_000_000)
+    }
+}
+
+impl Meter {
+    pub fn read(&self) -> MeterReading {
+        MeterReading {
+            calls: self.calls.load(Ordering::Relaxed),
+            prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
+            candidates_tokens: self.candidates_tokens.load(Ordering::Relaxed),
+            cost_nanos: self.cost_nanos.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The usage a hosted model would report for `prompt_chars` characters in
+/// and `answer_chars` out, and its cost in billionths of a dollar.
+pub fn usage(prompt_chars: usize, answer_chars: usize) -> (UsageMetadata, u64) {
+    let tokens = |chars: usize| i32::try_from(chars.div_ceil(CHARS_PER_TOKEN).max(1)).unwrap_or(i32::MAX);
+    let (prompt, candidates) = (tokens(prompt_chars), tokens(answer_chars));
+    // Nano-dollars per token: the price per million tokens times 1,000.
+    let nanos = |count: i32, per_million: f64| u64::try_from(count).unwrap_or(0) * (per_million * 1_000.0) as u64;
+    let cost_nanos = nanos(prompt, PRICE_PER_MILLION.0) + nanos(candidates, PRICE_PER_MILLION.1);
+    let usage = UsageMetadata {
+        prompt_token_count: prompt,
+        candidates_token_count: candidates,
+        total_token_count: prompt.saturating_add(candidates),
+        cost: Some(cost_nanos as f64 / 1e9),
+        ..UsageMetadata::default()
+    };
+    (usage, cost_nanos)
+}
+
+/// A model that reports usage: `inner`'s answers, each with the
+/// `usage_metadata` of [`usage`], added up in `meter`.
+#[derive(Debug, Clone)]
+pub struct Metered {
+    inner: ScriptedLlm,
+    meter: Arc<Meter>,
+}
+
+#[async_trait]
+impl Llm for Metered {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn generate_content(&self, req: LlmRequest, stream: bool) -> adk_core::Result<LlmResponseStream> {
+        // The request as a provider would be sent it: the history, the
+        // generation config and the tool declarations.
+        let prompt_chars = json_chars(&req) + req.tools.values().map(json_chars).sum::<usize>();
+        let meter = self.meter.clone();
+        let answers = self.inner.generate_content(req, stream).await?;
+        Ok(Box::pin(answers.map(move |answer| {
+            let mut answer = answer?;
+            if !answer.partial {
+                let (usage, cost_nanos) = usage(prompt_chars, answer.content.as_ref().map_or(0, json_chars));
+                meter.calls.fetch_add(1, Ordering::Relaxed);
+                meter.prompt_tokens.fetch_add(u64::try_from(usage.prompt_token_count).unwrap_or(0), Ordering::Relaxed);
+                meter
+                    .candidates_tokens
+                    .fetch_add(u64::try_from(usage.candidates_token_count).unwrap_or(0), Ordering::Relaxed);
+                meter.cost_nanos.fetch_add(cost_nanos, Ordering::Relaxed);
+                answer.usage_metadata = Some(usage);
+            }
+            Ok(answer)
+        })))
+    }
+}
+
+/// Characters of a value's compact JSON: what a request sends.
+fn json_chars(value: &impl serde::Serialize) -> usize {
+    serde_json::to_string(value).map_or(0, |text| text.chars().count())
+}
+
 /// The agent: scripted model, the `remember` tool, `output_key`
-/// `user:last_reply`.
+/// `user:last_reply`. Its model's usage is added up in a meter of its own.
 pub fn agent() -> adk_core::Result<Arc<dyn Agent>> {
+    agent_metered(Arc::new(Meter::default()))
+}
+
+/// [`agent`], its model's usage added up in `meter`.
+pub fn agent_metered(meter: Arc<Meter>) -> adk_core::Result<Arc<dyn Agent>> {
     let agent = LlmAgentBuilder::new(AGENT_NAME)
         .description("answers support questions and remembers preferences")
         .instruction("Answer briefly.")
-        .model(Arc::new(model()))
+        .model(Arc::new(Metered { inner: model(), meter }))
         .tool(Arc::new(Remember))
         .output_key(LAST_REPLY_KEY)
         .build()?;

@@ -6,8 +6,12 @@
 //! concurrently (each through a multi-turn conversation with a tool call and
 //! an `output_key`, both writing `user:` state), then drops the store and
 //! reopens it on a new pool to prove that every event and every `user:` key
-//! persisted, and returns a [`DemoReport`]. The binary adds a throwaway
-//! cluster when there is no `DATABASE_URL` and prints the report.
+//! persisted. Last it rolls the run's events up into usage analytics
+//! (`run_rollup`, as `adk-pg rollup` does) and reads them back by kind and
+//! by agent (`usage_at`, as `adk-pg usage` does), checking the rollup's
+//! counts and tokens against what was stored and what the model reported,
+//! and returns a [`DemoReport`]. The binary adds a throwaway cluster when
+//! there is no `DATABASE_URL` and prints the report.
 
 pub mod agent;
 mod report;
@@ -22,6 +26,7 @@ use adk_postgres_adk::PgSessionService;
 use adk_postgres_adk::domain::StoreConfig;
 use adk_postgres_adk::storage::PoolConfig;
 use adk_postgres_retention::{HealthThresholds, MaintenanceConfig, health, run_maintenance};
+use adk_postgres_rollup::{GroupBy, RollupConfig, UsageQuery, run_rollup, usage_at};
 use adk_runner::Runner;
 use adk_session::{CreateRequest, DeleteRequest, GetRequest, SessionService};
 use anyhow::{Context as _, ensure};
@@ -29,14 +34,20 @@ use futures_util::StreamExt as _;
 use serde_json::json;
 use tokio_postgres::NoTls;
 
-pub use report::{DemoReport, HotUpdates, Persistence};
+pub use report::{DemoReport, HotUpdates, Persistence, UsageAnalytics};
 
-use crate::agent::{AGENT_NAME, LAST_REPLY_KEY, PREFERENCE_KEY, Script};
+use crate::agent::{AGENT_NAME, LAST_REPLY_KEY, Meter, PREFERENCE_KEY, Script};
 use crate::timing::TimedSessions;
 
 /// How long to wait for PostgreSQL's statistics to include the run's
 /// updates (backends report them when they exit, i.e. once the pool is gone).
 const STATS_WAIT: Duration = Duration::from_secs(10);
+/// Rollup runs tried when another run (a scheduled `adk-pg rollup` on the
+/// same database) holds the rollup state, and the pause between them.
+const ROLLUP_ATTEMPTS: usize = 20;
+const ROLLUP_RETRY: Duration = Duration::from_millis(500);
+/// The window the usage tables cover: the last hour.
+const USAGE_WINDOW: chrono::Duration = chrono::Duration::hours(1);
 
 /// What one simulated user did.
 #[derive(Debug)]
@@ -80,7 +91,8 @@ pub async fn run_demo(url: &str, users: usize, turns: usize) -> anyhow::Result<D
 
     // The crowd: every user at once.
     let traffic_started = Instant::now();
-    let (runner, timed) = timed_runner(&service, &app_name)?;
+    let meter = Arc::new(Meter::default());
+    let (runner, timed) = timed_runner(&service, &app_name, meter.clone())?;
     let timings = timed.timings().clone();
     let mut runs = tokio::task::JoinSet::new();
     for user_index in 0..users {
@@ -97,7 +109,7 @@ pub async fn run_demo(url: &str, users: usize, turns: usize) -> anyhow::Result<D
     // Then a baseline: one user alone on the now warm pool, in an app of its
     // own, deleted after.
     let solo_app = format!("{app_name}-solo");
-    let (solo_runner, solo_sessions) = timed_runner(&service, &solo_app)?;
+    let (solo_runner, solo_sessions) = timed_runner(&service, &solo_app, Arc::new(Meter::default()))?;
     let solo = converse(&solo_runner, &solo_sessions, &solo_app, 0, script).await?;
     let delete = DeleteRequest { app_name: solo_app, user_id: solo.user_id, session_id: solo.session_id };
     solo_sessions.delete(delete).await.context("deleting the baseline session")?;
@@ -126,6 +138,7 @@ pub async fn run_demo(url: &str, users: usize, turns: usize) -> anyhow::Result<D
         )
         .await
         .context("counting what the run stored")?;
+    let usage = usage_analytics(url, &app_name, meter.read()).await?;
     let health = health(url, today, &HealthThresholds::default()).await.context("reading the health report")?;
 
     Ok(DemoReport {
@@ -145,18 +158,47 @@ pub async fn run_demo(url: &str, users: usize, turns: usize) -> anyhow::Result<D
         gets,
         hot,
         persistence,
+        usage,
         health,
         traffic_time,
         total_time: started.elapsed(),
     })
 }
 
-/// A runner for `app_name` on `service`, through a timing decorator.
-fn timed_runner(service: &PgSessionService, app_name: &str) -> anyhow::Result<(Arc<Runner>, TimedSessions)> {
+/// Rolls up what arrived since the last rollup run (this run's events
+/// among them) and reads the app's usage of the last hour back: in all, by
+/// kind and by agent.
+async fn usage_analytics(url: &str, app_name: &str, model: agent::MeterReading) -> anyhow::Result<UsageAnalytics> {
+    let mut attempts = 0;
+    let (rollup, rollup_time) = loop {
+        attempts += 1;
+        let started = Instant::now();
+        let report = run_rollup(url, &RollupConfig::default()).await.context("rolling up usage")?;
+        if report.advanced() || attempts >= ROLLUP_ATTEMPTS {
+            break (report, started.elapsed());
+        }
+        tokio::time::sleep(ROLLUP_RETRY).await;
+    };
+    // One window for the three answers, so their totals agree.
+    let window = UsageQuery::last(app_name, USAGE_WINDOW);
+    let query = |by: Option<GroupBy>| UsageQuery { by, ..window.clone() };
+    let all = usage_at(url, &query(None)).await.context("reading the app's usage")?;
+    let by_kind = usage_at(url, &query(Some(GroupBy::Kind))).await.context("reading usage by kind")?;
+    let by_agent = usage_at(url, &query(Some(GroupBy::Agent))).await.context("reading usage by agent")?;
+    Ok(UsageAnalytics { rollup, rollup_time, attempts, all, by_kind, by_agent, model })
+}
+
+/// A runner for `app_name` on `service`, through a timing decorator; the
+/// model's usage is added up in `meter`.
+fn timed_runner(
+    service: &PgSessionService,
+    app_name: &str,
+    meter: Arc<Meter>,
+) -> anyhow::Result<(Arc<Runner>, TimedSessions)> {
     let timed = TimedSessions::new(Arc::new(service.clone())).context("making the latency histograms")?;
     let runner = Runner::builder()
         .app_name(app_name)
-        .agent(agent::agent().context("building the agent")?)
+        .agent(agent::agent_metered(meter).context("building the agent")?)
         .session_service(Arc::new(timed.clone()))
         .build()
         .context("building the runner")?;

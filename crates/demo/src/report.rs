@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use adk_postgres_retention::{HealthReport, MaintenanceReport};
+use adk_postgres_rollup::{RollupReport, UsageFigures, UsageReport};
 
+use crate::agent::MeterReading;
 use crate::timing::LatencySummary;
 
 /// Updates of `adk_sessions` during the run, from `pg_stat_user_tables`.
@@ -40,6 +42,99 @@ impl Persistence {
     }
 }
 
+/// The run's usage, rolled up and read back from the rollups.
+#[derive(Debug, Clone)]
+pub struct UsageAnalytics {
+    /// The rollup run that counted (the last one tried).
+    pub rollup: RollupReport,
+    pub rollup_time: Duration,
+    /// Runs tried: more than one when another run held the rollup state.
+    pub attempts: usize,
+    /// The app's usage of the last hour: one series, `all`.
+    pub all: UsageReport,
+    pub by_kind: UsageReport,
+    pub by_agent: UsageReport,
+    /// What the model reported over the run's answers.
+    pub model: MeterReading,
+}
+
+impl UsageAnalytics {
+    /// The app's totals over the window (zero when nothing was rolled up).
+    pub fn total(&self) -> UsageFigures {
+        self.all.series.first().map(|s| s.total.clone()).unwrap_or_default()
+    }
+
+    /// Whether the rollups hold exactly `events` events, and the tokens and
+    /// cost the model reported.
+    pub fn matches(&self, events: i64) -> bool {
+        let total = self.total();
+        total.events == events
+            && u64::try_from(total.prompt_tokens) == Ok(self.model.prompt_tokens)
+            && u64::try_from(total.candidates_tokens) == Ok(self.model.candidates_tokens)
+            && total.cost.as_deref().and_then(decimal_nanos) == Some(self.model.cost_nanos)
+    }
+
+    /// A table of `report`'s series totals, headed `group`, with the app's
+    /// total as its last row when `with_total`.
+    fn table(&self, group: &str, report: &UsageReport, with_total: bool) -> comfy_table::Table {
+        let mut table = comfy_table::Table::new();
+        table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED).set_header([
+            group,
+            "events",
+            "errors",
+            "tokens in",
+            "tokens out",
+            "cost USD",
+            "latency p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "payload p50 B",
+            "sessions",
+            "users",
+        ]);
+        let decimals = |v: Option<f64>, places: usize| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.places$}"));
+        let row = |label: &str, f: &UsageFigures| {
+            vec![
+                label.to_owned(),
+                f.events.to_string(),
+                f.errors.to_string(),
+                f.prompt_tokens.to_string(),
+                f.candidates_tokens.to_string(),
+                f.cost.clone().unwrap_or_else(|| "-".into()),
+                decimals(f.latency_ms.p50, 2),
+                decimals(f.latency_ms.p95, 2),
+                decimals(f.latency_ms.p99, 2),
+                decimals(f.payload_size.p50, 0),
+                f.sessions.to_string(),
+                f.users.to_string(),
+            ]
+        };
+        for series in &report.series {
+            table.add_row(row(&series.group, &series.total));
+        }
+        if with_total {
+            table.add_row(row("all", &self.total()));
+        }
+        for i in 1..=11 {
+            if let Some(column) = table.column_mut(i) {
+                column.set_cell_alignment(comfy_table::CellAlignment::Right);
+            }
+        }
+        table
+    }
+}
+
+/// A non-negative decimal in billionths (`"0.000061"` is 61,000); `None`
+/// when it has more than nine decimals or is not a plain decimal.
+fn decimal_nanos(text: &str) -> Option<u64> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if fraction.len() > 9 || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) || whole.is_empty() {
+        return None;
+    }
+    let fraction: u64 = format!("{fraction:0<9}").parse().ok()?;
+    whole.parse::<u64>().ok()?.checked_mul(1_000_000_000)?.checked_add(fraction)
+}
+
 /// What [`crate::run_demo`] did and measured.
 #[derive(Debug, Clone)]
 pub struct DemoReport {
@@ -68,6 +163,8 @@ pub struct DemoReport {
     pub gets: LatencySummary,
     pub hot: HotUpdates,
     pub persistence: Persistence,
+    /// The run's events rolled up into usage analytics and read back.
+    pub usage: UsageAnalytics,
     /// `adk-pg status` after the run.
     pub health: HealthReport,
     /// The concurrent conversations alone.
@@ -77,9 +174,11 @@ pub struct DemoReport {
 }
 
 impl DemoReport {
-    /// Every session and event is there and the reopened store holds all of it.
+    /// Every session and event is there, the reopened store holds all of
+    /// it, and the usage rollups count every event and every token.
     pub fn passed(&self) -> bool {
         self.persistence.passed()
+            && self.usage.matches(self.events)
             && usize::try_from(self.sessions) == Ok(self.users)
             && self.events == self.expected_events
             && usize::try_from(self.users_with_preference) == Ok(self.users)
@@ -180,8 +279,74 @@ impl DemoReport {
             }
         }
         writeln!(out)?;
+        let usage = &self.usage;
+        writeln!(
+            out,
+            "usage analytics  run_rollup (what `adk-pg rollup` runs) in {:.0} ms{}:",
+            usage.rollup_time.as_secs_f64() * 1000.0,
+            if usage.attempts > 1 {
+                format!(" (attempt {}: another run held the rollup state)", usage.attempts)
+            } else {
+                String::new()
+            }
+        )?;
+        for line in usage.rollup.to_string().lines() {
+            writeln!(out, "  {line}")?;
+        }
+        let total = usage.total();
+        let model = &usage.model;
+        let matches = usage.matches(self.events);
+        writeln!(
+            out,
+            "  check: {} events, {} tokens in, {} out, {} USD in the rollups; stored {} events, the model reported \
+             {} tokens in, {} out, {} USD over {} answers{}",
+            total.events,
+            total.prompt_tokens,
+            total.candidates_tokens,
+            total.cost.as_deref().unwrap_or("0"),
+            self.events,
+            model.prompt_tokens,
+            model.candidates_tokens,
+            model.cost(),
+            model.calls,
+            check(matches)
+        )?;
+        writeln!(
+            out,
+            "  usage_at (what `adk-pg usage --app {} --since 1h --by kind` reads): {} to {}, {} rollups",
+            self.app_name,
+            usage.by_kind.plan.since.format("%H:%M"),
+            usage.by_kind.plan.until.format("%H:%M UTC"),
+            usage.by_kind.plan.level
+        )?;
+        writeln!(out, "{}", usage.table("kind", &usage.by_kind, true))?;
+        writeln!(out, "{}", usage.table("agent", &usage.by_agent, false))?;
+        writeln!(
+            out,
+            "  tokens and cost are the offline model's estimates (4 characters a token, {} / {} USD per million in / \
+             out); latency: since the previous event of the same invocation",
+            crate::agent::PRICE_PER_MILLION.0,
+            crate::agent::PRICE_PER_MILLION.1
+        )?;
+        writeln!(out)?;
         writeln!(out, "adk-pg status")?;
         writeln!(out, "{}", self.health)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal_nanos;
+
+    #[test]
+    fn decimals_in_billionths() {
+        assert_eq!(decimal_nanos("0.000061"), Some(61_000));
+        assert_eq!(decimal_nanos("12"), Some(12_000_000_000));
+        assert_eq!(decimal_nanos("1.123456789"), Some(1_123_456_789));
+        assert_eq!(decimal_nanos("0.0000000001"), None);
+        assert_eq!(decimal_nanos("-1"), None);
+        assert_eq!(decimal_nanos("1e-5"), None);
+        assert_eq!(decimal_nanos(".5"), None);
     }
 }

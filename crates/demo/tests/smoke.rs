@@ -26,6 +26,21 @@ async fn a_small_demo_stores_every_turn_and_survives_a_reopen() {
     assert_eq!(report.persistence.events_checked, 55);
     assert!(report.passed());
 
+    // The usage rollups count every stored event, and exactly the tokens
+    // and cost the model reported: 5 users x (3 answers + 1 tool call).
+    let usage = &report.usage;
+    assert!(usage.rollup.advanced(), "{}", usage.rollup);
+    assert_eq!(usage.model.calls, 20);
+    assert!(usage.model.total_tokens() > 0 && usage.model.cost_nanos > 0, "{:?}", usage.model);
+    assert!(usage.matches(55), "{:?} vs {:?}", usage.total(), usage.model);
+    let kinds: Vec<&str> = usage.by_kind.series.iter().map(|s| s.group.as_str()).collect();
+    for kind in ["user_message", "model_response", "tool_call", "tool_result"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    let agents: Vec<&str> = usage.by_agent.series.iter().map(|s| s.group.as_str()).collect();
+    assert_eq!(agents, ["assistant", "user"]);
+    assert_eq!(usage.total().sessions, 5);
+
     assert!(report.health.partitions_ahead >= 7, "{:?}", report.health);
     assert!(report.health.is_healthy(), "{:?}", report.health.alerts);
     if report.hot.settled {
@@ -33,9 +48,13 @@ async fn a_small_demo_stores_every_turn_and_survives_a_reopen() {
     }
 
     let text = report.render();
-    for expected in
-        ["events              55 (55 expected)", "persistence         OK", "adk-pg status", "partitions ahead"]
-    {
+    for expected in [
+        "events              55 (55 expected)",
+        "persistence         OK",
+        "usage analytics",
+        "adk-pg status",
+        "partitions ahead",
+    ] {
         assert!(text.contains(expected), "{expected:?} missing from\n{text}");
     }
 }

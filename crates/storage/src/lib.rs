@@ -13,6 +13,19 @@
 //! `adk-postgres-schema` crate's. Nothing outside these two crates depends
 //! on table layout: other crates go through the store or the functions
 //! exported here.
+//!
+//! Every `SessionStore` operation of [`PgSessionStore`] runs in a `DEBUG`
+//! span named `adk_pg_store` ([`observe`]) with the fields `operation`
+//! (`create`, `get`, `list`, `delete`, `append`, `rollover`, `find_by_id`,
+//! `rewind`), `app`, `outcome` (`ok` or the error's kind, such as
+//! `not_found` or `stale_session`) and `duration_ms`; user ids, session
+//! ids, state and events are never recorded. A filter such as
+//! `adk_postgres_storage=debug` turns the spans on. With the `metrics`
+//! feature (off by default) each operation also records
+//! `adk_pg_store_operation_duration_seconds` (labels `operation`,
+//! `outcome`) and each failure `adk_pg_store_operation_errors_total`
+//! (labels `operation`, `kind`) through the `metrics` facade, into whatever
+//! recorder the service installed; without one, nothing is kept.
 
 pub mod policy;
 pub mod pool;
@@ -23,6 +36,7 @@ pub mod store;
 
 mod error;
 pub mod functions;
+pub mod observe;
 pub mod pg_error;
 
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};

@@ -28,6 +28,7 @@ use crate::functions::{
     self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, PremadeRow,
     RewindOutcome, RewindRow, RolloverOutcome, RolloverRow, SummaryRow,
 };
+use crate::observe::{Observation, Operation};
 use crate::policy::interval_duration;
 use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 
@@ -257,6 +258,8 @@ fn to_json(state: State) -> Value {
 
 impl PgSessionStore {
     pub fn new(pool: PgPool, config: StoreConfig) -> Self {
+        #[cfg(feature = "metrics")]
+        crate::observe::describe_metrics();
         let gate = std::sync::Arc::new(FairGate::new(&pool));
         Self { pool, gate, config, tenant: TenantScope::Off }
     }
@@ -349,9 +352,11 @@ impl PgSessionStore {
     }
 }
 
-#[async_trait]
-impl SessionStore for PgSessionStore {
-    async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
+/// The operations themselves. They call one another through these, never
+/// through the `SessionStore` methods, so a caller's call is one span and
+/// one measurement however many statements it takes.
+impl PgSessionStore {
+    async fn create_session(&self, request: CreateSession) -> Result<Session, StoreError> {
         let id = SessionId::from_requested(request.session_id.as_deref())?;
         let scoped = ScopedState::split("state", &request.state)?;
         scoped.check_sizes("state")?;
@@ -374,7 +379,7 @@ impl SessionStore for PgSessionStore {
         .map_err(|e| from_diesel(e, "state")))?;
         let Some(row) = created else {
             return match request.on_existing {
-                OnExisting::ReturnExisting => match self.get(&key, GetOptions::default()).await {
+                OnExisting::ReturnExisting => match self.load_session(&key, GetOptions::default()).await {
                     Err(StoreError::NotFound(_)) => Err(StoreError::AlreadyExists(key)),
                     other => other,
                 },
@@ -396,7 +401,7 @@ impl SessionStore for PgSessionStore {
         })
     }
 
-    async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+    async fn load_session(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
         let after = options
             .after
             .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));
@@ -432,7 +437,7 @@ impl SessionStore for PgSessionStore {
         })
     }
 
-    async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+    async fn list_sessions(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
         let cursor = request.page_token.as_ref().map(PageToken::position).transpose()?;
         let (after_time, after_id) = match &cursor {
             Some((micros, id)) => (
@@ -489,7 +494,7 @@ impl SessionStore for PgSessionStore {
         Ok(SessionPage { sessions, next_page_token })
     }
 
-    async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+    async fn delete_session(&self, key: &SessionKey) -> Result<(), StoreError> {
         with_retries!(self, |conn| sql::DeleteSession { key: self.key_args(key) }
             .load::<DeletedRow>(&mut conn)
             .await
@@ -497,7 +502,12 @@ impl SessionStore for PgSessionStore {
         Ok(())
     }
 
-    async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
+    async fn append_event(
+        &self,
+        key: &SessionKey,
+        event: Event,
+        options: AppendOptions,
+    ) -> Result<Appended, StoreError> {
         if event.is_partial() {
             return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
         }
@@ -560,7 +570,7 @@ impl SessionStore for PgSessionStore {
         }
     }
 
-    async fn rollover(
+    async fn rollover_session(
         &self,
         key: &SessionKey,
         successor_id: Option<String>,
@@ -593,7 +603,7 @@ impl SessionStore for PgSessionStore {
             // session is already closed with this very successor. The
             // successor is read whole, as it is now, with live app and user
             // state.
-            RolloverOutcome::Rolled => self.get(&successor, GetOptions::default()).await,
+            RolloverOutcome::Rolled => self.load_session(&successor, GetOptions::default()).await,
             RolloverOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
             RolloverOutcome::Closed => Err(StoreError::SessionClosed {
                 key: key.clone(),
@@ -603,7 +613,7 @@ impl SessionStore for PgSessionStore {
         }
     }
 
-    async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+    async fn find_sessions(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
         // Per request the app is not known yet, so no tenant is named: the
         // owner looks everywhere, any other role in the apps it is bound to.
         let tenant = match &self.tenant {
@@ -627,7 +637,12 @@ impl SessionStore for PgSessionStore {
             .collect()
     }
 
-    async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError> {
+    async fn rewind_session(
+        &self,
+        key: &SessionKey,
+        keep: u64,
+        expected_version: Option<u64>,
+    ) -> Result<Session, StoreError> {
         let keep_seq = i64::try_from(keep).map_err(|_| StoreError::invalid("keep", "out of range"))?;
         let expected = expected_version
             .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
@@ -643,7 +658,7 @@ impl SessionStore for PgSessionStore {
         .and_then(|rows| only_row(rows, "adk_rewind_session")))?;
         let current = row.seq.map(version).unwrap_or_default();
         match row.outcome {
-            RewindOutcome::Rewound => self.get(key, GetOptions::default()).await,
+            RewindOutcome::Rewound => self.load_session(key, GetOptions::default()).await,
             RewindOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
             RewindOutcome::Stale => Err(StoreError::StaleSession {
                 key: key.clone(),
@@ -652,5 +667,54 @@ impl SessionStore for PgSessionStore {
             }),
             RewindOutcome::Beyond => Err(StoreError::invalid("keep", format!("the session has only {current} events"))),
         }
+    }
+}
+
+#[async_trait]
+impl SessionStore for PgSessionStore {
+    async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
+        Observation::new(Operation::Create, Some(&request.app_name)).run(self.create_session(request)).await
+    }
+
+    async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        Observation::new(Operation::Get, Some(&key.app_name)).run(self.load_session(key, options)).await
+    }
+
+    async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+        Observation::new(Operation::List, Some(&request.app_name)).run(self.list_sessions(request)).await
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        Observation::new(Operation::Delete, Some(&key.app_name)).run(self.delete_session(key)).await
+    }
+
+    async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
+        Observation::new(Operation::Append, Some(&key.app_name)).run(self.append_event(key, event, options)).await
+    }
+
+    async fn rollover(
+        &self,
+        key: &SessionKey,
+        successor_id: Option<String>,
+        summary: Event,
+    ) -> Result<Session, StoreError> {
+        Observation::new(Operation::Rollover, Some(&key.app_name))
+            .run(self.rollover_session(key, successor_id, summary))
+            .await
+    }
+
+    async fn find_by_id(&self, session_id: &SessionId, limit: usize) -> Result<Vec<SessionKey>, StoreError> {
+        // The request names no app; a store fixed to one searches only it.
+        let app = match &self.tenant {
+            TenantScope::Fixed(app) => Some(app),
+            TenantScope::Off | TenantScope::PerRequest => None,
+        };
+        Observation::new(Operation::FindById, app).run(self.find_sessions(session_id, limit)).await
+    }
+
+    async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError> {
+        Observation::new(Operation::Rewind, Some(&key.app_name))
+            .run(self.rewind_session(key, keep, expected_version))
+            .await
     }
 }
