@@ -94,22 +94,49 @@ pub enum Command {
     Status {
         #[arg(long)]
         json: bool,
-        /// Alert when fewer future days have a partition.
-        #[arg(long, default_value_t = 3)]
-        min_partitions_ahead: u32,
-        /// Alert when the last successful maintenance run is older.
-        #[arg(long, default_value = "24h")]
-        max_run_age: humantime::Duration,
-        /// Alert when the usage rollups are further behind the clock.
-        #[arg(long, default_value = "15m")]
-        max_rollup_lag: humantime::Duration,
-        /// Alert when more events arriving today (UTC) were rejected as late.
-        #[arg(long, default_value_t = 0)]
-        max_late_rejected: u64,
+        #[command(flatten)]
+        thresholds: ThresholdArgs,
         /// The UTC day to judge by (default: today).
         #[arg(long)]
         today: Option<NaiveDate>,
     },
+    /// Serve Prometheus metrics (/metrics), liveness and readiness
+    /// (/healthz, /readyz) and an HTML dashboard (/), read-only. Listening
+    /// beyond loopback needs a bearer token in ADK_PG_SERVE_TOKEN.
+    Serve(ServeArgs),
+}
+
+/// When health turns into alerts: `status`'s exit code 2, and `serve`'s red
+/// cards, `adk_pg_alerts_firing` and readiness.
+#[derive(Debug, Args)]
+pub struct ThresholdArgs {
+    /// Alert when fewer future days have a partition.
+    #[arg(long, default_value_t = 3)]
+    pub min_partitions_ahead: u32,
+    /// Alert when the last successful maintenance run is older.
+    #[arg(long, default_value = "24h")]
+    pub max_run_age: humantime::Duration,
+    /// Alert when the usage rollups are further behind the clock.
+    #[arg(long, default_value = "15m")]
+    pub max_rollup_lag: humantime::Duration,
+    /// Alert when more events arriving today (UTC) were rejected as late.
+    #[arg(long, default_value_t = 0)]
+    pub max_late_rejected: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on. Anything but a loopback address is
+    /// refused unless ADK_PG_SERVE_TOKEN holds a bearer token, which every
+    /// endpoint but /healthz then requires.
+    #[arg(long, default_value = "127.0.0.1:9187")]
+    pub listen: std::net::SocketAddr,
+    /// Longest one statement, or one lock wait, of a request may take; a
+    /// slower section of the page shows an error instead.
+    #[arg(long, default_value = "5s")]
+    pub statement_timeout: humantime::Duration,
+    #[command(flatten)]
+    pub thresholds: ThresholdArgs,
 }
 
 #[derive(Debug, Args)]
@@ -312,5 +339,17 @@ mod tests {
         assert!(matches!(every.map(|cli| cli.command), Ok(Command::Rollup(RollupArgs { every: Some(_), .. }))));
         assert!(Cli::try_parse_from(["adk-pg", "rollup", "--once", "--every", "1m"]).is_err());
         assert!(Cli::try_parse_from(["adk-pg", "usage"]).is_err(), "--app is required");
+    }
+
+    #[test]
+    fn serve_listens_on_loopback_unless_told_otherwise() {
+        let serve = Cli::try_parse_from(["adk-pg", "serve"]).map(|cli| cli.command);
+        let Ok(Command::Serve(args)) = serve else { panic!("{serve:?}") };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:9187");
+        assert_eq!(Duration::from(args.statement_timeout), Duration::from_secs(5));
+        assert_eq!(args.thresholds.min_partitions_ahead, 3);
+        let open = Cli::try_parse_from(["adk-pg", "serve", "--listen", "0.0.0.0:80", "--max-rollup-lag", "1h"]);
+        assert!(matches!(open.map(|cli| cli.command), Ok(Command::Serve(_))));
+        assert!(Cli::try_parse_from(["adk-pg", "serve", "--listen", "localhost"]).is_err(), "an address and port");
     }
 }

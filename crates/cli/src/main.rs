@@ -1,7 +1,8 @@
 //! `adk-pg`, the operator's tool: one binary to migrate, set the store's
 //! policy, keep partitions ahead of the clock, retire old days, expire
 //! sessions, convert a live event table, build indexes without blocking
-//! writes, roll up and query usage, and report health.
+//! writes, roll up and query usage, report health, and serve metrics and a
+//! dashboard (`serve`).
 //!
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert
 //! on, or a single `rollup` run could not advance past in-flight writers.
@@ -12,6 +13,7 @@ mod render;
 use std::pin::Pin;
 use std::process::ExitCode;
 
+use adk_postgres_dashboard::{ServeConfig, Server, TOKEN_VAR};
 use adk_postgres_retention::sql::connect;
 use adk_postgres_retention::{
     ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, conversion_plan, convert_events,
@@ -23,7 +25,9 @@ use adk_postgres_storage::{
     AppBinding, PolicyAmendment, ServiceRoleOptions, policy_changes, setup_service_role, show_service_role,
 };
 use anyhow::{Context, Result};
-use args::{Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, UsageArgs, time_arg};
+use args::{
+    Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs, ThresholdArgs, UsageArgs, time_arg,
+};
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -188,14 +192,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { json, min_partitions_ahead, max_run_age, max_rollup_lag, max_late_rejected, today: day } => {
-            let thresholds = HealthThresholds {
-                min_partitions_ahead,
-                max_run_age: max_run_age.into(),
-                max_rollup_lag: max_rollup_lag.into(),
-                max_late_rejected_today: max_late_rejected,
-            };
-            let report = health(&url, today(day), &thresholds).await.context("read health")?;
+        Command::Status { json, thresholds, today: day } => {
+            let report = health(&url, today(day), &health_thresholds(&thresholds)).await.context("read health")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -206,6 +204,55 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(if report.is_healthy() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
+        Command::Serve(args) => serve(&url, args).await,
+    }
+}
+
+fn health_thresholds(args: &ThresholdArgs) -> HealthThresholds {
+    HealthThresholds {
+        min_partitions_ahead: args.min_partitions_ahead,
+        max_run_age: args.max_run_age.into(),
+        max_rollup_lag: args.max_rollup_lag.into(),
+        max_late_rejected_today: args.max_late_rejected,
+    }
+}
+
+async fn serve(url: &str, args: ServeArgs) -> Result<ExitCode> {
+    // From the environment only: a flag's value shows in `ps` and in shell
+    // history.
+    let token = match std::env::var(TOKEN_VAR) {
+        Ok(token) => Some(token),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(e) => anyhow::bail!("read {TOKEN_VAR}: {e}"),
+    };
+    let config = ServeConfig {
+        listen: args.listen,
+        token,
+        statement_timeout: args.statement_timeout.into(),
+        thresholds: health_thresholds(&args.thresholds),
+        ..ServeConfig::new(url)
+    };
+    let server = Server::bind(config).await.context("start adk-pg serve")?;
+    let address = server.local_addr()?;
+    eprintln!("adk-pg serve: listening on http://{address}/ (metrics at /metrics, readiness at /readyz)");
+    server.serve(stop_signal()).await.context("serve")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C, or the SIGTERM a service manager or container runtime sends.
+async fn stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            // Without a SIGTERM handler, Ctrl-C still stops the server.
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
     }
 }
 

@@ -564,3 +564,89 @@ async fn policy_sets_and_shows_the_usage_tiers() {
     assert_eq!(report["usage_partitions_created"], 0);
     assert_eq!(report["usage_partitions_dropped"], serde_json::json!([]));
 }
+
+#[test]
+fn serve_refuses_an_open_address_without_a_token() {
+    for (token, expected) in [
+        (None, "refusing to listen on 0.0.0.0:0 without a token: set ADK_PG_SERVE_TOKEN"),
+        (Some(""), "ADK_PG_SERVE_TOKEN is set but empty"),
+    ] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"));
+        command.args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none");
+        match token {
+            Some(token) => command.env("ADK_PG_SERVE_TOKEN", token),
+            None => command.env_remove("ADK_PG_SERVE_TOKEN"),
+        };
+        let output = command.output().expect("run adk-pg serve");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}
+
+/// A plain HTTP/1.1 GET: the status and the body.
+async fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to adk-pg serve");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read the response");
+    let status = response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or_default();
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_answers_with_the_token_and_stops_on_sigterm() {
+    use std::io::BufRead;
+    let db = test_database().await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("ADK_PG_SERVE_TOKEN", "cli-test-token")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start adk-pg serve");
+    let stderr = child.stderr.take().expect("its stderr");
+    let first_line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stderr).read_line(&mut line).map(|_| line)
+    });
+    let line = tokio::time::timeout(std::time::Duration::from_secs(30), first_line)
+        .await
+        .expect("adk-pg serve says where it listens")
+        .expect("the reader")
+        .expect("a line");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("an address in {line:?}"))
+        .to_owned();
+
+    assert_eq!(http_get(&addr, "/healthz", None).await.0, 200);
+    assert_eq!(http_get(&addr, "/metrics", None).await.0, 401);
+    let (status, body) = http_get(&addr, "/metrics", Some("cli-test-token")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("adk_pg_database_up 1"), "{body}");
+    let (status, body) = http_get(&addr, "/readyz", Some("cli-test-token")).await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+
+    let signalled =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("run kill");
+    assert!(signalled.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("poll the server") {
+            break exit;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("adk-pg serve did not stop within 30 s of SIGTERM");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "SIGTERM stops the server cleanly: {exit:?}");
+}

@@ -16,6 +16,14 @@
 //!   yesterday's count is shown for context and never alerts.
 //! - sizes of the three tiers and minute partitions premade after today:
 //!   facts only, since the rollup job makes any partition it lacks.
+//!
+//! Every alert is typed ([`Alert`]: the check that fired, its area, its
+//! severity), so a dashboard colours its cards by exactly the rules
+//! `status` alerts on; `alerts` keeps the lines `status` prints.
+
+mod alert;
+
+pub use alert::{Alert, AlertArea, Check, Severity};
 
 use std::time::Duration;
 
@@ -183,13 +191,22 @@ pub struct HealthReport {
     pub state_sizes: StateSizes,
     /// The usage rollups; `None` before migration 12.
     pub rollups: Option<RollupHealth>,
-    /// Empty when healthy.
+    /// Empty when healthy: each alert's line as `adk-pg status` prints it.
     pub alerts: Vec<String>,
+    /// The same alerts, in the same order, typed. Left out of the JSON, so
+    /// `adk-pg status --json` stays what it was.
+    #[serde(skip)]
+    pub typed_alerts: Vec<Alert>,
 }
 
 impl HealthReport {
     pub fn is_healthy(&self) -> bool {
         self.alerts.is_empty()
+    }
+
+    /// The alerts about `area`.
+    pub fn alerts_in(&self, area: AlertArea) -> impl Iterator<Item = &Alert> {
+        self.typed_alerts.iter().filter(move |alert| alert.area == area)
     }
 }
 
@@ -536,17 +553,23 @@ async fn rollup_health(
 }
 
 /// The alerts the rollups' facts raise.
-fn rollup_alerts(rollups: &RollupHealth, thresholds: &HealthThresholds, today: NaiveDate) -> Vec<String> {
+fn rollup_alerts(rollups: &RollupHealth, thresholds: &HealthThresholds, today: NaiveDate) -> Vec<Alert> {
     let mut alerts = Vec::new();
     let lag_limit = humantime::format_duration(thresholds.max_rollup_lag);
     match rollups.lag_secs {
-        None if rollups.overdue_events => alerts.push(format!(
-            "rollups have never run, and events arrived more than {lag_limit} ago; \
-             run adk-pg rollup (e.g. --every 1m)"
+        None if rollups.overdue_events => alerts.push(Alert::warning(
+            Check::RollupsNeverRun,
+            format!(
+                "rollups have never run, and events arrived more than {lag_limit} ago; \
+                 run adk-pg rollup (e.g. --every 1m)"
+            ),
         )),
-        Some(lag) if lag > thresholds.max_rollup_lag.as_secs() => alerts.push(format!(
-            "rollups are {} behind (want at most {lag_limit}); is adk-pg rollup running?",
-            humantime::format_duration(Duration::from_secs(lag))
+        Some(lag) if lag > thresholds.max_rollup_lag.as_secs() => alerts.push(Alert::warning(
+            Check::RollupLag,
+            format!(
+                "rollups are {} behind (want at most {lag_limit}); is adk-pg rollup running?",
+                humantime::format_duration(Duration::from_secs(lag))
+            ),
         )),
         _ => {}
     }
@@ -554,18 +577,25 @@ fn rollup_alerts(rollups: &RollupHealth, thresholds: &HealthThresholds, today: N
         let at = run.finished_at.format("%Y-%m-%d %H:%M:%S UTC");
         let error = run.error.as_deref().unwrap_or("no error recorded");
         match run.outcome.as_str() {
-            "failed" => alerts.push(format!("the last rollup run failed at {at}: {error}")),
-            "waiting" => alerts.push(format!("the last rollup run could not advance at {at}: {error}")),
+            "failed" => alerts
+                .push(Alert::warning(Check::RollupRunFailed, format!("the last rollup run failed at {at}: {error}"))),
+            "waiting" => alerts.push(Alert::warning(
+                Check::RollupRunWaiting,
+                format!("the last rollup run could not advance at {at}: {error}"),
+            )),
             _ => {}
         }
     }
     if u64::try_from(rollups.late_rejected_today).unwrap_or_default() > thresholds.max_late_rejected_today {
         let apps: Vec<String> = rollups.late_apps_today.iter().map(|a| format!("{} ({})", a.app, a.rejected)).collect();
-        alerts.push(format!(
-            "{} event(s) arriving on {today} were rejected as late and are not in the usage figures \
-             (apps: {}); check those clients' clocks or raise usage_lateness",
-            rollups.late_rejected_today,
-            apps.join(", ")
+        alerts.push(Alert::warning(
+            Check::LateEvents,
+            format!(
+                "{} event(s) arriving on {today} were rejected as late and are not in the usage figures \
+                 (apps: {}); check those clients' clocks or raise usage_lateness",
+                rollups.late_rejected_today,
+                apps.join(", ")
+            ),
         ));
     }
     alerts
@@ -670,50 +700,72 @@ pub async fn health_on(
     let partitions_ahead = days_ahead(&live, today);
     let mut alerts = Vec::new();
     if !live.iter().any(|p| p.holds(today)) {
-        alerts.push(format!("no partition for today ({today}): appends to new sessions fail"));
-    }
-    if partitions_ahead < thresholds.min_partitions_ahead {
-        alerts.push(format!(
-            "only {partitions_ahead} future day(s) have a partition (want at least {}); run adk-pg maintain",
-            thresholds.min_partitions_ahead
+        alerts.push(Alert::critical(
+            Check::TodayPartition,
+            format!("no partition for today ({today}): appends to new sessions fail"),
         ));
     }
+    if partitions_ahead < thresholds.min_partitions_ahead {
+        let message = format!(
+            "only {partitions_ahead} future day(s) have a partition (want at least {}); run adk-pg maintain",
+            thresholds.min_partitions_ahead
+        );
+        // With none ahead, the first appends after midnight depend on the
+        // store making the day's partition itself, under exclusive locks.
+        alerts.push(if partitions_ahead == 0 {
+            Alert::critical(Check::PartitionsAhead, message)
+        } else {
+            Alert::warning(Check::PartitionsAhead, message)
+        });
+    }
     match &last_run {
-        None => alerts.push("maintenance has never run".to_owned()),
+        None => alerts.push(Alert::warning(Check::MaintenanceNeverRun, "maintenance has never run")),
         Some(run) => {
             let age = now.signed_duration_since(run.finished_at).to_std().unwrap_or_default();
             if age > thresholds.max_run_age {
-                alerts.push(format!("the last maintenance run finished {}s ago", age.as_secs()));
+                alerts.push(Alert::warning(
+                    Check::MaintenanceStale,
+                    format!("the last maintenance run finished {}s ago", age.as_secs()),
+                ));
             }
         }
     }
     if let Some(failure) = &last_failure {
-        alerts.push(format!(
-            "the last maintenance run (for {}) failed at {}: {}",
-            failure.today,
-            failure.finished_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            failure.error
+        alerts.push(Alert::warning(
+            Check::MaintenanceFailed,
+            format!(
+                "the last maintenance run (for {}) failed at {}: {}",
+                failure.today,
+                failure.finished_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                failure.error
+            ),
         ));
     }
     for overdue in &overdue_partitions {
-        alerts.push(match overdue.last_active {
-            Some(last_active) => format!(
-                "{} is past lifetime + retention (days before {retire_before} are retired) but kept: {} live \
+        alerts.push(Alert::warning(
+            Check::OverduePartition,
+            match overdue.last_active {
+                Some(last_active) => format!(
+                    "{} is past lifetime + retention (days before {retire_before} are retired) but kept: {} live \
                  session(s), last active {}; it is retired once they close, expire or stay idle for the retention",
-                overdue.partition,
-                overdue.open_sessions,
-                last_active.format("%Y-%m-%d %H:%M:%S UTC")
-            ),
-            None => format!(
-                "{} is past lifetime + retention (days before {retire_before} are retired); run adk-pg maintain",
-                overdue.partition
-            ),
-        });
+                    overdue.partition,
+                    overdue.open_sessions,
+                    last_active.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+                None => format!(
+                    "{} is past lifetime + retention (days before {retire_before} are retired); run adk-pg maintain",
+                    overdue.partition
+                ),
+            },
+        ));
     }
     let pending_detaches: Vec<String> =
         partitions.iter().filter(|p| p.detach_pending).map(|p| p.name.clone()).collect();
     if !pending_detaches.is_empty() {
-        alerts.push(format!("detaches left pending by an interrupted run: {}", pending_detaches.join(", ")));
+        alerts.push(Alert::warning(
+            Check::PendingDetach,
+            format!("detaches left pending by an interrupted run: {}", pending_detaches.join(", ")),
+        ));
     }
     let rollups = match usage {
         Some(_) => Some(rollup_health(conn, &schema, today, now, thresholds).await?),
@@ -747,7 +799,8 @@ pub async fn health_on(
             max: sizes.max,
         },
         rollups,
-        alerts,
+        alerts: alerts.iter().map(ToString::to_string).collect(),
+        typed_alerts: alerts,
     })
 }
 
@@ -774,7 +827,11 @@ mod tests {
     }
 
     fn alerts(rollups: &RollupHealth) -> Vec<String> {
-        rollup_alerts(rollups, &HealthThresholds::default(), today())
+        rollup_alerts(rollups, &HealthThresholds::default(), today()).iter().map(ToString::to_string).collect()
+    }
+
+    fn checks(rollups: &RollupHealth) -> Vec<Check> {
+        rollup_alerts(rollups, &HealthThresholds::default(), today()).iter().map(|alert| alert.check).collect()
     }
 
     #[test]
@@ -789,6 +846,7 @@ mod tests {
         let overdue = alerts(&RollupHealth { overdue_events: true, ..quiet() });
         assert_eq!(overdue.len(), 1);
         assert!(overdue[0].contains("rollups have never run"), "{overdue:?}");
+        assert_eq!(checks(&RollupHealth { overdue_events: true, ..quiet() }), vec![Check::RollupsNeverRun]);
     }
 
     #[test]
@@ -796,6 +854,7 @@ mod tests {
         assert!(alerts(&RollupHealth { lag_secs: Some(15 * 60), ..quiet() }).is_empty());
         let behind = alerts(&RollupHealth { lag_secs: Some(15 * 60 + 1), ..quiet() });
         assert!(behind.iter().any(|a| a.contains("rollups are 15m 1s behind")), "{behind:?}");
+        assert_eq!(checks(&RollupHealth { lag_secs: Some(15 * 60 + 1), ..quiet() }), vec![Check::RollupLag]);
     }
 
     #[test]
@@ -816,6 +875,13 @@ mod tests {
         let waiting = alerts(&run("waiting", Some("writers still running: 3/7")));
         assert!(waiting.iter().any(|a| a.contains("could not advance") && a.contains("3/7")), "{waiting:?}");
         assert!(alerts(&run("ok", None)).is_empty());
+        assert_eq!(checks(&run("failed", Some("boom"))), vec![Check::RollupRunFailed]);
+        assert_eq!(checks(&run("waiting", None)), vec![Check::RollupRunWaiting]);
+        let areas: Vec<AlertArea> = rollup_alerts(&run("failed", None), &HealthThresholds::default(), today())
+            .iter()
+            .map(|alert| alert.area)
+            .collect();
+        assert_eq!(areas, vec![AlertArea::Rollups]);
     }
 
     #[test]
@@ -827,6 +893,7 @@ mod tests {
             ..quiet()
         });
         assert!(late.iter().any(|a| a.contains("3 event(s) arriving on 2030-03-01") && a.contains("shop (3)")));
+        assert_eq!(checks(&RollupHealth { late_rejected_today: 1, ..quiet() }), vec![Check::LateEvents]);
         let tolerant = HealthThresholds { max_late_rejected_today: 3, ..HealthThresholds::default() };
         assert!(rollup_alerts(&RollupHealth { late_rejected_today: 3, ..quiet() }, &tolerant, today()).is_empty());
     }
