@@ -456,13 +456,19 @@ async fn rollup_health(
     let overdue_events = match (watermark, TimeDelta::from_std(thresholds.max_rollup_lag).ok()) {
         (None, Some(lag)) => match now.checked_sub_signed(lag) {
             Some(cutoff) => {
-                diesel::sql_query("SELECT EXISTS (SELECT 1 FROM adk_events WHERE created_at < $1) AS exists")
-                    .bind::<Timestamptz, _>(cutoff)
-                    .load::<ExistsRow>(conn)
-                    .await
-                    .and_then(first_row)
-                    .map_err(RetentionError::query("look for events waiting for the first rollup"))?
-                    .exists
+                // An event arrives after its session was created, so one
+                // that arrived before the cutoff sits in a partition of the
+                // cutoff's day or earlier: premade days are never read.
+                diesel::sql_query(
+                    "SELECT EXISTS (SELECT 1 FROM adk_events WHERE created_at < $1 AND session_day <= $2) AS exists",
+                )
+                .bind::<Timestamptz, _>(cutoff)
+                .bind::<Date, _>(cutoff.date_naive())
+                .load::<ExistsRow>(conn)
+                .await
+                .and_then(first_row)
+                .map_err(RetentionError::query("look for events waiting for the first rollup"))?
+                .exists
             }
             None => false,
         },
