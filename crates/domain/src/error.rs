@@ -75,6 +75,30 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// One fixed word per variant (`not_found`, `stale_session`, …), for
+    /// logs, span fields and metric labels. The match is exhaustive here,
+    /// where the enum is defined, so a new variant cannot ship without one.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::InvalidInput { .. } => "invalid_input",
+            StoreError::StateTooLarge { .. } => "state_too_large",
+            StoreError::EventTooLarge { .. } => "event_too_large",
+            StoreError::NotFound(_) => "not_found",
+            StoreError::AlreadyExists(_) => "already_exists",
+            StoreError::DuplicateEvent { .. } => "duplicate_event",
+            StoreError::StaleSession { .. } => "stale_session",
+            StoreError::SessionClosed { .. } => "session_closed",
+            StoreError::LifetimeExceeded { .. } => "lifetime_exceeded",
+            StoreError::PartitionMissing { .. } => "partition_missing",
+            StoreError::Timeout { .. } => "timeout",
+            StoreError::Conflict { .. } => "conflict",
+            StoreError::PermissionDenied { .. } => "permission_denied",
+            StoreError::Unavailable { .. } => "unavailable",
+            StoreError::Overloaded { .. } => "overloaded",
+            StoreError::Database { .. } => "database",
+        }
+    }
+
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidInput { field: field.into(), reason: reason.into() }
     }

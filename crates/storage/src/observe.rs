@@ -69,27 +69,7 @@ impl Operation {
 /// counter: one fixed word per `StoreError` variant, so dashboards and
 /// alerts can rely on them.
 pub fn error_kind(error: &StoreError) -> &'static str {
-    match error {
-        StoreError::InvalidInput { .. } => "invalid_input",
-        StoreError::StateTooLarge { .. } => "state_too_large",
-        StoreError::EventTooLarge { .. } => "event_too_large",
-        StoreError::NotFound(_) => "not_found",
-        StoreError::AlreadyExists(_) => "already_exists",
-        StoreError::DuplicateEvent { .. } => "duplicate_event",
-        StoreError::StaleSession { .. } => "stale_session",
-        StoreError::SessionClosed { .. } => "session_closed",
-        StoreError::LifetimeExceeded { .. } => "lifetime_exceeded",
-        StoreError::PartitionMissing { .. } => "partition_missing",
-        StoreError::Timeout { .. } => "timeout",
-        StoreError::Conflict { .. } => "conflict",
-        StoreError::PermissionDenied { .. } => "permission_denied",
-        StoreError::Unavailable { .. } => "unavailable",
-        StoreError::Overloaded { .. } => "overloaded",
-        StoreError::Database { .. } => "database",
-        // The domain's error is non-exhaustive; a variant added there keeps
-        // the label set bounded until it gets a word here.
-        _ => "other",
-    }
+    error.kind()
 }
 
 fn outcome<T>(result: &Result<T, StoreError>) -> &'static str {
