@@ -94,7 +94,8 @@ async fn waiting_backend(sql: &tokio_postgres::Client) -> i32 {
     for _ in 0..200 {
         let rows = sql
             .query(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'adk-postgres' AND wait_event_type = 'Lock'",
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'adk-postgres' AND wait_event_type = 'Lock'",
                 &[],
             )
             .await
@@ -248,7 +249,8 @@ async fn no_connection_is_left_inside_a_transaction() {
     let sql = client(db.url()).await;
     let in_transaction: i64 = sql
         .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'adk-postgres' AND state LIKE 'idle in transaction%'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND application_name = 'adk-postgres' AND state LIKE 'idle in transaction%'",
             &[],
         )
         .await

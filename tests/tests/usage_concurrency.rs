@@ -166,7 +166,8 @@ async fn rollup_waiting_for_writers(sql: &Client) {
         let waiting: i64 = sql
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity
-                 WHERE application_name = $1 AND query LIKE '%l.virtualxid = ANY%'",
+                 WHERE datname = current_database() AND application_name = $1
+                   AND query LIKE '%l.virtualxid = ANY%'",
                 &[&ROLLUP_APP],
             )
             .await
@@ -475,9 +476,11 @@ async fn rollup_backend(sql: &Client, statement_like: &str, on_lock: bool, withi
     while Instant::now() < deadline {
         let rows = sql
             .query(
+                // This database's only: tests run in parallel on one cluster,
+                // and killing another test's rollup would fail that test.
                 "SELECT pid FROM pg_stat_activity
-                 WHERE application_name = $1 AND state = 'active' AND query LIKE $2
-                   AND (NOT $3 OR wait_event_type = 'Lock')",
+                 WHERE datname = current_database() AND application_name = $1 AND state = 'active'
+                   AND query LIKE $2 AND (NOT $3 OR wait_event_type = 'Lock')",
                 &[&ROLLUP_APP, &statement_like, &on_lock],
             )
             .await
