@@ -19,8 +19,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, Session, SessionId, SessionKey,
-    SessionPage, SessionStore, StoreConfig, StoreError, UserId,
+    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, Session, SessionId,
+    SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
@@ -221,6 +221,34 @@ impl SessionStore for PerAppFixed {
         Self: 'a,
     {
         Box::pin(async move { self.of(&key.app_name).await.rewind(key, keep, expected_version).await })
+    }
+
+    fn set_metadata<'s, 'k, 'a>(&'s self, key: &'k SessionKey, metadata: SessionMetadata) -> Boxed<'a, ()>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&key.app_name).await.set_metadata(key, metadata).await })
+    }
+
+    fn erase_user<'s, 'p, 'u, 'a>(&'s self, app: &'p AppName, user: &'u UserId) -> Boxed<'a, Erasure>
+    where
+        's: 'a,
+        'p: 'a,
+        'u: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(app).await.erase_user(app, user).await })
+    }
+
+    fn fork<'s, 'k, 'a>(&'s self, key: &'k SessionKey, at_seq: u64, new_id: Option<String>) -> Boxed<'a, Session>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&key.app_name).await.fork(key, at_seq, new_id).await })
     }
 }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod memory;
+pub mod metadata;
 pub mod policy;
 pub mod session;
 pub mod state;
@@ -18,10 +19,11 @@ pub use error::StoreError;
 pub use event::{Event, EventActions, PreparedEvent};
 pub use ids::{AppName, SessionId, SessionKey, UserId};
 pub use memory::InMemoryStore;
+pub use metadata::SessionMetadata;
 pub use policy::StorePolicy;
 pub use session::{
-    AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
-    SessionSummary, StoreConfig,
+    AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
+    SessionPage, SessionSummary, StoreConfig,
 };
 pub use state::{ScopedState, State};
 pub use store::SessionStore;

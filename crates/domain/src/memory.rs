@@ -11,10 +11,11 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::metadata::{SessionMetadata, labels_match};
 use crate::policy::StorePolicy;
 use crate::session::{
-    AppendOptions, Appended, CreateSession, GetOptions, ListSessions, OnExisting, PageToken, Session, SessionPage,
-    SessionSummary, StoreConfig,
+    AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
+    SessionPage, SessionSummary, StoreConfig,
 };
 use crate::state::{MAX_STATE_BYTES, ScopedState, State, apply_delta, json_size, merge_scopes};
 use crate::store::SessionStore;
@@ -32,6 +33,7 @@ struct StoredSession {
     expires_at: Option<DateTime<Utc>>,
     closed_at: Option<DateTime<Utc>>,
     successor: Option<SessionId>,
+    metadata: SessionMetadata,
 }
 
 impl StoredSession {
@@ -153,6 +155,7 @@ impl InMemoryStore {
             expires_at: stored.expires_at,
             closed_at: stored.closed_at,
             successor: stored.successor.clone(),
+            metadata: stored.metadata.clone(),
         })
     }
 }
@@ -161,6 +164,7 @@ impl InMemoryStore {
 impl SessionStore for InMemoryStore {
     async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
         let id = SessionId::from_requested(request.session_id.as_deref())?;
+        request.metadata.validate()?;
         let scoped = ScopedState::split("state", &request.state)?;
         scoped.check_sizes("state")?;
         let key = SessionKey::new(request.app_name, request.user_id, id);
@@ -197,6 +201,7 @@ impl SessionStore for InMemoryStore {
                 expires_at,
                 closed_at: None,
                 successor: None,
+                metadata: request.metadata,
             },
         );
         Self::load(&tables, &key, GetOptions::default())
@@ -207,6 +212,7 @@ impl SessionStore for InMemoryStore {
     }
 
     async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+        request.validate_filters()?;
         let cursor = request.page_token.as_ref().map(PageToken::position).transpose()?;
         let page_size = request.effective_page_size();
         let now = Utc::now();
@@ -215,6 +221,9 @@ impl SessionStore for InMemoryStore {
             .sessions
             .iter()
             .filter(|(k, s)| k.app_name == request.app_name && k.user_id == request.user_id && s.is_live(now))
+            .filter(|(_, s)| labels_match(&s.metadata.labels, &request.labels))
+            .filter(|(_, s)| request.updated_after.is_none_or(|after| s.updated_at >= after))
+            .filter(|(_, s)| request.updated_before.is_none_or(|before| s.updated_at < before))
             .filter(|(k, s)| match &cursor {
                 Some((micros, id)) => (s.updated_at.timestamp_micros(), &k.session_id) < (*micros, id),
                 None => true,
@@ -237,6 +246,7 @@ impl SessionStore for InMemoryStore {
                 last_update_time: s.updated_at,
                 created_at: s.created_at,
                 expires_at: s.expires_at,
+                metadata: s.metadata.clone(),
             })
             .collect();
         Ok(SessionPage { sessions, next_page_token })
@@ -326,6 +336,7 @@ impl SessionStore for InMemoryStore {
             return Err(StoreError::AlreadyExists(successor));
         }
         let state = old.state.clone();
+        let metadata = old.metadata.clone();
         let expires_at =
             self.policy.effective_ttl(self.config.default_ttl).map(|ttl| ttl_deadline(now, ttl)).transpose()?;
         if let Some(old) = tables.sessions.get_mut(key) {
@@ -345,6 +356,7 @@ impl SessionStore for InMemoryStore {
                 expires_at,
                 closed_at: None,
                 successor: None,
+                metadata,
             },
         );
         Self::load(&tables, &successor, GetOptions::default())
@@ -390,5 +402,69 @@ impl SessionStore for InMemoryStore {
         stored.last_seq = keep;
         stored.updated_at = stored.updated_at.max(now);
         Self::load(&tables, key, GetOptions::default())
+    }
+
+    async fn set_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError> {
+        metadata.validate()?;
+        let now = Utc::now();
+        let mut tables = self.tables();
+        let stored =
+            tables.sessions.get_mut(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        stored.metadata = metadata;
+        Ok(())
+    }
+
+    async fn erase_user(&self, app: &AppName, user: &UserId) -> Result<Erasure, StoreError> {
+        let mut tables = self.tables();
+        let mut erasure = Erasure::default();
+        tables.sessions.retain(|key, stored| {
+            let erased = &key.app_name == app && &key.user_id == user;
+            if erased {
+                erasure.sessions += 1;
+                erasure.events += stored.events.len() as u64;
+            }
+            !erased
+        });
+        erasure.user_state = tables.user_states.remove(&(app.clone(), user.clone())).is_some();
+        Ok(erasure)
+    }
+
+    async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError> {
+        let new_id = SessionId::from_requested(new_id.as_deref())?;
+        let fork_key = SessionKey::new(key.app_name.clone(), key.user_id.clone(), new_id);
+        let now = now_micros();
+        let expires_at =
+            self.policy.effective_ttl(self.config.default_ttl).map(|ttl| ttl_deadline(now, ttl)).transpose()?;
+        let mut tables = self.tables();
+        let original =
+            tables.sessions.get(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        if at_seq > original.last_seq {
+            return Err(StoreError::invalid("at_seq", format!("the session has only {} events", original.last_seq)));
+        }
+        let events: Vec<Event> =
+            original.events.iter().take(usize::try_from(at_seq).unwrap_or(usize::MAX)).cloned().collect();
+        let mut state = original.initial_state.clone();
+        for event in &events {
+            let scoped = ScopedState::split("event.actions.state_delta", &event.actions.state_delta)?;
+            apply_delta(&mut state, &scoped.session);
+        }
+        let forked = StoredSession {
+            initial_state: original.initial_state.clone(),
+            state,
+            events,
+            last_seq: at_seq,
+            created_at: now,
+            updated_at: now,
+            expires_at,
+            closed_at: None,
+            successor: None,
+            metadata: original.metadata.clone(),
+        };
+        // An expired session's id is free at once, as for create.
+        if tables.sessions.get(&fork_key).is_some_and(|s| s.is_live(now)) {
+            return Err(StoreError::AlreadyExists(fork_key));
+        }
+        tables.sessions.insert(fork_key.clone(), forked);
+        Self::load(&tables, &fork_key, GetOptions::default())
     }
 }

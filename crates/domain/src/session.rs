@@ -1,5 +1,6 @@
 //! Sessions and the requests and answers of the store's operations.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -9,6 +10,7 @@ use chrono::{DateTime, Datelike, Utc};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::metadata::{SessionMetadata, validate_labels};
 use crate::state::State;
 
 /// A session as `get` returns it.
@@ -28,6 +30,8 @@ pub struct Session {
     /// Set when the session was closed by a rollover.
     pub closed_at: Option<DateTime<Utc>>,
     pub successor: Option<SessionId>,
+    /// Display name and labels; not part of the conversation.
+    pub metadata: SessionMetadata,
 }
 
 /// A session's metadata as `list` returns it: never events.
@@ -40,6 +44,7 @@ pub struct SessionSummary {
     pub last_update_time: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    pub metadata: SessionMetadata,
 }
 
 /// What a create does when the id is taken.
@@ -65,11 +70,21 @@ pub struct CreateSession {
     pub on_existing: OnExisting,
     /// Overrides the store's default time to live.
     pub ttl: Option<Duration>,
+    /// Display name and labels, checked by [`SessionMetadata::validate`].
+    pub metadata: SessionMetadata,
 }
 
 impl CreateSession {
     pub fn new(app_name: AppName, user_id: UserId) -> Self {
-        Self { app_name, user_id, session_id: None, state: State::new(), on_existing: OnExisting::Fail, ttl: None }
+        Self {
+            app_name,
+            user_id,
+            session_id: None,
+            state: State::new(),
+            on_existing: OnExisting::Fail,
+            ttl: None,
+            metadata: SessionMetadata::default(),
+        }
     }
 
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
@@ -89,6 +104,11 @@ impl CreateSession {
 
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
+        self
+    }
+
+    pub fn with_metadata(mut self, metadata: SessionMetadata) -> Self {
+        self.metadata = metadata;
         self
     }
 }
@@ -139,11 +159,42 @@ pub struct ListSessions {
     /// Clamped to 1..=200; default 50.
     pub page_size: Option<usize>,
     pub page_token: Option<PageToken>,
+    /// Only sessions carrying every one of these labels with these values.
+    pub labels: BTreeMap<String, String>,
+    /// Only sessions last updated at or after this instant.
+    pub updated_after: Option<DateTime<Utc>>,
+    /// Only sessions last updated before this instant (exclusive).
+    pub updated_before: Option<DateTime<Utc>>,
 }
 
 impl ListSessions {
     pub fn new(app_name: AppName, user_id: UserId) -> Self {
-        Self { app_name, user_id, page_size: None, page_token: None }
+        Self {
+            app_name,
+            user_id,
+            page_size: None,
+            page_token: None,
+            labels: BTreeMap::new(),
+            updated_after: None,
+            updated_before: None,
+        }
+    }
+
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Checks the filters: label bounds as for a session's labels, and a
+    /// window that is not empty by construction.
+    pub fn validate_filters(&self) -> Result<(), StoreError> {
+        validate_labels("labels", &self.labels)?;
+        if let (Some(after), Some(before)) = (self.updated_after, self.updated_before)
+            && after >= before
+        {
+            return Err(StoreError::invalid("updated_before", "must be later than updated_after"));
+        }
+        Ok(())
     }
 
     pub fn effective_page_size(&self) -> usize {
@@ -208,6 +259,17 @@ impl std::fmt::Display for PageToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// What erasing a user removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Erasure {
+    /// Sessions deleted, expired ones included.
+    pub sessions: u64,
+    /// Events deleted with them.
+    pub events: u64,
+    /// Whether the user had user-scoped state, now gone.
+    pub user_state: bool,
 }
 
 /// Settings both stores share.

@@ -6,8 +6,9 @@ use async_trait::async_trait;
 
 use crate::error::StoreError;
 use crate::event::Event;
-use crate::ids::{SessionId, SessionKey};
-use crate::session::{AppendOptions, Appended, CreateSession, GetOptions, ListSessions, Session, SessionPage};
+use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::metadata::SessionMetadata;
+use crate::session::{AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, Session, SessionPage};
 
 /// A durable home for ADK sessions, their events and their scoped state.
 #[async_trait]
@@ -55,4 +56,23 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// with other sessions, stay as they are. `keep` past the last event is
     /// `InvalidInput`; a differing `expected_version` is `StaleSession`.
     async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError>;
+
+    /// Replaces a session's display name and labels. Not an append: the
+    /// version and the last update time stay, and a closed session may still
+    /// be renamed. Missing or expired sessions are `NotFound`.
+    async fn set_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError>;
+
+    /// Erases a user of an app: every session (expired ones too), their
+    /// events and the user's state, leaving an audit record without content.
+    /// App state stays. Safe to interrupt and run again; erasing a user with
+    /// nothing stored succeeds with zero counts.
+    async fn erase_user(&self, app: &AppName, user: &UserId) -> Result<Erasure, StoreError>;
+
+    /// Starts a new session of the same app and user from the first `at_seq`
+    /// events of `key`: copies of those events (same ids, same `seq`), and
+    /// session state rebuilt from the original's initial state plus their
+    /// deltas. The display name and labels are copied. Atomic; afterwards the
+    /// two diverge independently. `at_seq` past the last event is
+    /// `InvalidInput`; a taken `new_id` is `AlreadyExists`.
+    async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError>;
 }

@@ -35,6 +35,8 @@ pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;
 
 mod error;
+mod erase;
+mod fork;
 pub mod functions;
 pub mod observe;
 pub mod pg_error;

@@ -44,11 +44,25 @@ pub enum Operation {
     Rollover,
     FindById,
     Rewind,
+    SetMetadata,
+    EraseUser,
+    Fork,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 8] =
-        [Self::Create, Self::Get, Self::List, Self::Delete, Self::Append, Self::Rollover, Self::FindById, Self::Rewind];
+    pub const ALL: [Operation; 11] = [
+        Self::Create,
+        Self::Get,
+        Self::List,
+        Self::Delete,
+        Self::Append,
+        Self::Rollover,
+        Self::FindById,
+        Self::Rewind,
+        Self::SetMetadata,
+        Self::EraseUser,
+        Self::Fork,
+    ];
 
     /// The `operation` field and label: the `SessionStore` method's name.
     pub const fn as_str(self) -> &'static str {
@@ -61,6 +75,9 @@ impl Operation {
             Self::Rollover => "rollover",
             Self::FindById => "find_by_id",
             Self::Rewind => "rewind",
+            Self::SetMetadata => "set_metadata",
+            Self::EraseUser => "erase_user",
+            Self::Fork => "fork",
         }
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use adk_postgres_domain::event::timestamp_to_nanos;
 use adk_postgres_domain::state::{merge_scopes, state_from_value};
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Event, GetOptions, ListSessions, OnExisting, PageToken,
-    ScopedState, Session, SessionId, SessionKey, SessionPage, SessionStore, SessionSummary, State, StoreConfig,
-    StoreError,
+    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, OnExisting, PageToken,
+    ScopedState, Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, SessionSummary, State,
+    StoreConfig, StoreError, UserId,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -356,6 +356,12 @@ impl PgSessionStore {
 /// through the `SessionStore` methods, so a caller's call is one span and
 /// one measurement however many statements it takes.
 impl PgSessionStore {
+    // Placeholder until the metadata migration lands (issue #16).
+    async fn set_session_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError> {
+        metadata.validate()?;
+        Err(StoreError::NotFound(key.clone()))
+    }
+
     async fn create_session(&self, request: CreateSession) -> Result<Session, StoreError> {
         let id = SessionId::from_requested(request.session_id.as_deref())?;
         let scoped = ScopedState::split("state", &request.state)?;
@@ -398,6 +404,7 @@ impl PgSessionStore {
             expires_at: row.expires_at,
             closed_at: None,
             successor: None,
+            metadata: SessionMetadata::default(),
         })
     }
 
@@ -434,6 +441,7 @@ impl PgSessionStore {
                 .map(SessionId::new)
                 .transpose()
                 .map_err(|e| StoreError::Database { message: format!("stored successor id is corrupt: {e}") })?,
+            metadata: SessionMetadata::default(),
         })
     }
 
@@ -484,6 +492,7 @@ impl PgSessionStore {
                 last_update_time: row.updated_at,
                 created_at: row.created_at,
                 expires_at: row.expires_at,
+                metadata: SessionMetadata::default(),
             });
         }
         let next_page_token = if more {
@@ -630,7 +639,7 @@ impl PgSessionStore {
                 let corrupt = |e: StoreError| StoreError::Database { message: format!("stored key is corrupt: {e}") };
                 Ok(SessionKey::new(
                     AppName::new(row.app_name).map_err(corrupt)?,
-                    adk_postgres_domain::UserId::new(row.user_id).map_err(corrupt)?,
+                    UserId::new(row.user_id).map_err(corrupt)?,
                     session_id.clone(),
                 ))
             })
@@ -716,5 +725,19 @@ impl SessionStore for PgSessionStore {
         Observation::new(Operation::Rewind, Some(&key.app_name))
             .run(self.rewind_session(key, keep, expected_version))
             .await
+    }
+
+    async fn set_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError> {
+        Observation::new(Operation::SetMetadata, Some(&key.app_name))
+            .run(self.set_session_metadata(key, metadata))
+            .await
+    }
+
+    async fn erase_user(&self, app: &AppName, user: &UserId) -> Result<Erasure, StoreError> {
+        Observation::new(Operation::EraseUser, Some(app)).run(self.erase_user_data(app, user)).await
+    }
+
+    async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError> {
+        Observation::new(Operation::Fork, Some(&key.app_name)).run(self.fork_session(key, at_seq, new_id)).await
     }
 }

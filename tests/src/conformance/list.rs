@@ -44,6 +44,7 @@ pub async fn list_is_metadata_newest_first<F: StoreFactory>(f: &F) {
             last_update_time: full.last_update_time,
             created_at: full.created_at,
             expires_at: full.expires_at,
+            metadata: full.metadata,
         };
         assert_eq!(summary, &from_get, "a summary agrees with get");
     }
