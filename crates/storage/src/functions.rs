@@ -240,6 +240,18 @@ outcome! {
     }
 }
 
+outcome! {
+    /// What `adk_fork_session` did.
+    ForkOutcome {
+        Forked = "forked",
+        NotFound = "not_found",
+        /// The session has fewer events than the fork point.
+        Beyond = "beyond",
+        /// The new id is taken by a live session.
+        Exists = "exists",
+    }
+}
+
 use adk_postgres_schema::tables::adk_sessions;
 
 store_function! {
@@ -461,6 +473,22 @@ store_function! {
         -> RewindRow { outcome: "text", seq: "bigint" }
 }
 
+store_function! {
+    /// Starts a new session from the first `at_seq` events of another:
+    /// copies them and rebuilds the session state, in one transaction.
+    ForkSession => adk_fork_session([key] new_id: TextArg, at_seq: BigIntArg, ttl: OptIntervalArg)
+        -> ForkRow { outcome: "text", seq: "bigint" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct ForkRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: ForkOutcome,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+}
+
 #[derive(diesel::QueryableByName)]
 #[diesel(check_for_backend(Pg))]
 pub(crate) struct RewindRow {
@@ -522,7 +550,7 @@ pub(crate) struct PremadeRow {
 }
 
 /// Every function the store calls: exactly what a service role may execute.
-pub const SIGNATURES: [Signature; 9] = [
+pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
     GetSession::SIGNATURE,
     ListSessions::SIGNATURE,
@@ -532,4 +560,5 @@ pub const SIGNATURES: [Signature; 9] = [
     RewindSession::SIGNATURE,
     FindSessions::SIGNATURE,
     PremakeEventPartitions::SIGNATURE,
+    ForkSession::SIGNATURE,
 ];

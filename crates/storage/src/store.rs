@@ -23,7 +23,7 @@ use diesel::data_types::PgInterval;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
-use crate::error::{from_diesel, from_pool};
+use crate::error::from_diesel;
 use crate::functions::{
     self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, PremadeRow,
     RewindOutcome, RewindRow, RolloverOutcome, RolloverRow, SummaryRow,
@@ -63,7 +63,7 @@ const CONFLICT_ATTEMPTS: u32 = 5;
 /// Every operation is one autocommit statement, so a failed attempt left
 /// nothing behind.
 #[derive(Debug)]
-struct ConflictRetry {
+pub(crate) struct ConflictRetry {
     attempt: u32,
     pause: Duration,
 }
@@ -75,7 +75,7 @@ impl Default for ConflictRetry {
 }
 
 impl ConflictRetry {
-    async fn again<T>(&mut self, result: &Result<T, StoreError>) -> bool {
+    pub(crate) async fn again<T>(&mut self, result: &Result<T, StoreError>) -> bool {
         let Err(StoreError::Conflict { message }) = result else { return false };
         if self.attempt >= CONFLICT_ATTEMPTS {
             return false;
@@ -95,7 +95,7 @@ impl ConflictRetry {
 /// driver has read the end of the stream, which may be after the pool takes
 /// the connection back; marking its transaction state as failed makes bb8
 /// drop it on return instead of handing it to the next caller.
-fn discard_connection(conn: &mut AsyncPgConnection) {
+pub(crate) fn discard_connection(conn: &mut AsyncPgConnection) {
     // diesel-async exposes this hook (doc-hidden) for exactly such pool checks.
     <AsyncPgConnection as AsyncConnection>::TransactionManager::transaction_manager_status_mut(conn).set_in_error();
 }
@@ -104,15 +104,15 @@ fn discard_connection(conn: &mut AsyncPgConnection) {
 /// for each attempt), again while it loses deadlock or serialization races.
 macro_rules! with_retries {
     ($store:expr, |$conn:ident| $query:expr) => {{
-        let mut retry = ConflictRetry::default();
+        let mut retry = $crate::store::ConflictRetry::default();
         loop {
             // Declared first so it is released last, after the connection
             // went back to the pool.
             let _turn = $store.gate.enter().await?;
-            let mut $conn = $store.pool.get().await.map_err(from_pool)?;
+            let mut $conn = $store.pool.get().await.map_err($crate::error::from_pool)?;
             let result = $query;
-            if matches!(result, Err(StoreError::Unavailable { .. })) {
-                discard_connection(&mut $conn);
+            if matches!(result, Err(adk_postgres_domain::StoreError::Unavailable { .. })) {
+                $crate::store::discard_connection(&mut $conn);
             }
             if !retry.again(&result).await {
                 break result;
@@ -120,13 +120,14 @@ macro_rules! with_retries {
         }
     }};
 }
+pub(crate) use with_retries;
 
 /// Hands out turns at the pool in arrival order. bb8 wakes one waiter when a
 /// connection comes back, but a caller arriving in between can take it
 /// first, so under a crowd some waiters starve past the checkout timeout
 /// although the average wait is short. A FIFO semaphore with one permit per
 /// connection in front of `get` makes every wait bounded by the queue ahead.
-struct FairGate {
+pub(crate) struct FairGate {
     turns: tokio::sync::Semaphore,
     /// Longest a caller queues before `Overloaded`: the pool's own checkout
     /// timeout, so the gate never waits longer than bb8 would have.
@@ -169,7 +170,7 @@ impl FairGate {
         }
     }
 
-    async fn enter(&self) -> Result<Turn<'_>, StoreError> {
+    pub(crate) async fn enter(&self) -> Result<Turn<'_>, StoreError> {
         use std::sync::atomic::Ordering::Relaxed;
         if let Ok(turn) = self.turns.try_acquire() {
             self.observe(Duration::ZERO);
@@ -202,8 +203,8 @@ impl FairGate {
 /// The Postgres session store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct PgSessionStore {
-    pool: PgPool,
-    gate: std::sync::Arc<FairGate>,
+    pub(crate) pool: PgPool,
+    pub(crate) gate: std::sync::Arc<FairGate>,
     config: StoreConfig,
     tenant: TenantScope,
 }
@@ -240,7 +241,7 @@ fn single<T>(rows: Vec<T>) -> Option<T> {
 }
 
 /// The one row a store function always returns.
-fn only_row<T>(rows: Vec<T>, function: &str) -> Result<T, StoreError> {
+pub(crate) fn only_row<T>(rows: Vec<T>, function: &str) -> Result<T, StoreError> {
     single(rows).ok_or_else(|| StoreError::Database { message: format!("{function} returned no row") })
 }
 
@@ -248,7 +249,7 @@ fn version(seq: i64) -> u64 {
     u64::try_from(seq).unwrap_or_default()
 }
 
-fn interval(field: &str, d: Duration) -> Result<PgInterval, StoreError> {
+pub(crate) fn interval(field: &str, d: Duration) -> Result<PgInterval, StoreError> {
     i64::try_from(d.as_micros()).map(PgInterval::from_microseconds).map_err(|_| StoreError::invalid(field, "too long"))
 }
 
@@ -284,7 +285,7 @@ impl PgSessionStore {
     }
 
     /// The `adk.app_name` an operation about `app` runs under.
-    fn tenant_for<'a>(&'a self, app: &'a AppName) -> Option<&'a str> {
+    pub(crate) fn tenant_for<'a>(&'a self, app: &'a AppName) -> Option<&'a str> {
         match &self.tenant {
             TenantScope::Off => None,
             TenantScope::PerRequest => Some(app.as_str()),
@@ -292,7 +293,7 @@ impl PgSessionStore {
         }
     }
 
-    fn key_args<'a>(&'a self, key: &'a SessionKey) -> KeyArgs<'a> {
+    pub(crate) fn key_args<'a>(&'a self, key: &'a SessionKey) -> KeyArgs<'a> {
         KeyArgs {
             tenant: self.tenant_for(&key.app_name),
             app_name: key.app_name.as_str(),
@@ -408,7 +409,7 @@ impl PgSessionStore {
         })
     }
 
-    async fn load_session(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+    pub(crate) async fn load_session(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
         let after = options
             .after
             .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));

@@ -37,10 +37,8 @@ pub use adk_postgres_schema::names::STORE_TABLES;
 /// Everything a service role may do: the functions the store calls, each
 /// with its typed wrapper ([`crate::functions::SIGNATURES`]), so the grant
 /// follows the wrappers and a test holds both to the migrations.
-pub const STORE_FUNCTIONS: [&str; 9] = {
-    // A count that differs from the wrappers' fails here, at compile time.
-    let mut names = [""; 9];
-    assert!(SIGNATURES.len() == names.len());
+pub const STORE_FUNCTIONS: [&str; SIGNATURES.len()] = {
+    let mut names = [""; SIGNATURES.len()];
     let mut i = 0;
     while i < SIGNATURES.len() {
         names[i] = SIGNATURES[i].name;

@@ -61,7 +61,7 @@ async fn every_wrapper_matches_its_function_in_pg_proc() {
     let db = adk_postgres_testing::test_database().await;
     let functions = described(db.url()).await;
     let mut drift = Vec::new();
-    for signature in &SIGNATURES {
+    for signature in SIGNATURES {
         let want = expected(signature);
         let mut same_name = functions.iter().filter(|f| f.name == signature.name);
         match (same_name.next(), same_name.next()) {

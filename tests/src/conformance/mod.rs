@@ -18,6 +18,7 @@ mod concurrency;
 mod create;
 mod delete;
 mod find;
+mod fork;
 mod get;
 mod list;
 mod rewind_rollover;
@@ -28,6 +29,7 @@ pub use concurrency::*;
 pub use create::*;
 pub use delete::*;
 pub use find::*;
+pub use fork::*;
 pub use get::*;
 pub use list::*;
 pub use rewind_rollover::*;
@@ -120,6 +122,12 @@ macro_rules! conformance_tests {
             rewind_to_the_current_version_changes_nothing,
             retried_rewind_already_at_its_target_succeeds,
             retried_rollover_returns_its_successor,
+            // fork
+            fork_copies_the_first_events_and_rebuilds_session_state,
+            fork_and_original_diverge_independently,
+            fork_at_zero_or_at_the_end_and_with_a_generated_id,
+            fork_refuses_bad_points_taken_ids_and_missing_sessions,
+            fork_of_a_closed_session_is_open_and_expired_ones_are_not_found,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
             app_names_that_look_alike_are_refused,

@@ -1,0 +1,1 @@
+DROP FUNCTION adk_fork_session(text, text, text, text, text, bigint, interval);
