@@ -29,7 +29,7 @@ BEGIN
     -- cannot run between reading last_seq and copying the events, so the
     -- fork holds exactly events 1..p_at_seq. Appends to the original wait
     -- for the copy; they would not change events 1..p_at_seq anyway.
-    SELECT a.last_seq, a.session_day, a.expires_at, a.initial_state INTO s
+    SELECT a.last_seq, a.session_day, a.expires_at, a.initial_state, a.display_name, a.labels INTO s
       FROM adk_sessions a
      WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
        FOR SHARE;
@@ -60,9 +60,10 @@ BEGIN
        AND d.key NOT LIKE 'app:%' AND d.key NOT LIKE 'user:%' AND d.key NOT LIKE 'temp:%';
 
     SELECT least(adk_policy_seconds(p_ttl), adk_policy_seconds(p.default_ttl)) INTO ttl FROM adk_store_policy p;
-    INSERT INTO adk_sessions (app_name, user_id, session_id, state, initial_state, last_seq, expires_at)
+    INSERT INTO adk_sessions (app_name, user_id, session_id, state, initial_state, last_seq, expires_at,
+                              display_name, labels)
     VALUES (p_app_name, p_user_id, p_new_id, s.initial_state || folded, s.initial_state, p_at_seq,
-            pg_catalog.now() + ttl)
+            pg_catalog.now() + ttl, s.display_name, s.labels)
     ON CONFLICT DO NOTHING
     RETURNING adk_sessions.session_day INTO born;
     IF NOT FOUND THEN

@@ -16,8 +16,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread::ThreadId;
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionId, SessionKey, SessionStore,
-    StoreError, UserId,
+    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionId, SessionKey, SessionMetadata,
+    SessionStore, StoreError, UserId,
 };
 use adk_postgres_storage::observe::{DURATION_METRIC, ERRORS_METRIC, Operation, SPAN_NAME};
 use adk_postgres_testing::test_database;
@@ -229,13 +229,31 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
     let successor = store.rollover(&key, Some(SUCCESSOR.into()), summary).await.expect("rollover").key;
     let found = store.find_by_id(&successor.session_id, 2).await.expect("find");
     assert_eq!(found, vec![successor.clone()]);
+    store.set_metadata(&successor, SessionMetadata::new().with_label("kind", "test")).await.expect("set_metadata");
+    store.fork(&successor, 1, Some("forked".into())).await.expect("fork");
     store.delete(&successor).await.expect("delete");
+    store.erase_user(&app(), &user()).await.expect("erase_user");
 
     let seen = collector.take();
     let spans = seen.store_spans();
     let operations: Vec<_> = spans.iter().map(|span| span.field("operation").unwrap_or("(none)")).collect();
     // One span per call: the get inside rollover and rewind is not a second one.
-    assert_eq!(operations, ["create", "get", "list", "append", "rewind", "rollover", "find_by_id", "delete"]);
+    assert_eq!(
+        operations,
+        [
+            "create",
+            "get",
+            "list",
+            "append",
+            "rewind",
+            "rollover",
+            "find_by_id",
+            "set_metadata",
+            "fork",
+            "delete",
+            "erase_user"
+        ]
+    );
     let covered: BTreeSet<_> = operations.iter().copied().collect();
     let all: BTreeSet<_> = Operation::ALL.iter().map(|op| op.as_str()).collect();
     assert_eq!(covered, all, "every operation the store has is exercised here");

@@ -131,6 +131,30 @@ impl PgSessionService {
     fn loaded(&self, session: adk_postgres_domain::Session) -> Result<Box<dyn Session>> {
         Ok(Box::new(LoadedSession::from_store(session)?))
     }
+
+    /// Starts a new session of the same app and user from `identity`'s
+    /// history up to and including `target_event_id`, as adk's `rewind`
+    /// names its point: copies of those events and the session state they
+    /// built. The original is untouched and the two diverge from here.
+    /// `new_session_id` blank or absent gets a UUIDv4; a taken one is
+    /// `session.already_exists`. Not part of adk's trait, so reached here.
+    pub async fn fork(
+        &self,
+        identity: &adk_core::AdkIdentity,
+        target_event_id: &str,
+        new_session_id: Option<String>,
+    ) -> Result<Box<dyn Session>> {
+        let key = key_of(identity.app_name.as_ref(), identity.user_id.as_ref(), identity.session_id.as_ref())?;
+        let current = self.load_all(&key).await?;
+        let Some(position) = current.events.iter().position(|e| e.id == target_event_id) else {
+            return Err(not_found(
+                codes::EVENT_NOT_FOUND,
+                format!("session '{}' has no event '{target_event_id}'", key.session_id),
+            ));
+        };
+        let forked = self.store.fork(&key, position as u64 + 1, new_session_id).await.map_err(to_adk_error)?;
+        self.loaded(forked)
+    }
 }
 
 fn key_of(app_name: &str, user_id: &str, session_id: &str) -> Result<SessionKey> {

@@ -190,3 +190,28 @@ async fn health_check_notices_a_lost_database() {
     );
     assert!(err.is_retryable());
 }
+
+#[tokio::test]
+async fn fork_starts_a_new_session_from_the_history_up_to_an_event() {
+    let db = test_database().await;
+    let svc = PgSessionService::connect(db.url()).await.unwrap();
+    svc.create(create_request("a", "u", Some("s"), json!({"seed": true}))).await.unwrap();
+    let kept = [event("agent", json!({"n": 1})), event("agent", json!({"n": 2}))];
+    for e in &kept {
+        append(&svc, "a", "u", "s", e.clone()).await.unwrap();
+    }
+    append(&svc, "a", "u", "s", event("agent", json!({"n": 3}))).await.unwrap();
+
+    let fork = svc.fork(&identity("a", "u", "s"), &kept[1].id, Some("f".into())).await.unwrap();
+    assert_eq!(fork.id(), "f");
+    let ids: Vec<String> = fork.events().all().iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids, [kept[0].id.clone(), kept[1].id.clone()]);
+    assert_eq!(fork.state().get("n"), Some(json!(2)));
+    let original = svc.get(get_request("a", "u", "s")).await.unwrap();
+    assert_eq!(original.events().len(), 3, "the original is untouched");
+
+    let err = svc.fork(&identity("a", "u", "s"), "no-such-event", None).await.err().unwrap();
+    assert_eq!((err.category, err.code), (ErrorCategory::NotFound, codes::EVENT_NOT_FOUND));
+    let err = svc.fork(&identity("a", "u", "s"), &kept[0].id, Some("f".into())).await.err().unwrap();
+    assert_eq!(err.code, codes::ALREADY_EXISTS);
+}

@@ -104,6 +104,29 @@ pub enum Command {
     /// (/healthz, /readyz) and an HTML dashboard (/), read-only. Listening
     /// beyond loopback needs a bearer token in ADK_PG_SERVE_TOKEN.
     Serve(ServeArgs),
+    /// Erase a user of an app: every session (expired ones too), their
+    /// events, the user state and the usage job's invocation tails, in
+    /// short batches, leaving an audit record without content. App state
+    /// stays. Safe to interrupt: run it again to finish.
+    EraseUser(EraseUserArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EraseUserArgs {
+    /// The app the user belongs to.
+    #[arg(long)]
+    pub app: String,
+    /// The user id, exactly as the agent service stores it.
+    #[arg(long)]
+    pub user: String,
+    /// Count what would be erased and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Most rows one batch (one short transaction) deletes.
+    #[arg(long, default_value_t = adk_postgres_storage::DEFAULT_ERASE_BATCH)]
+    pub batch_size: u32,
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// When health turns into alerts: `status`'s exit code 2, and `serve`'s red
@@ -339,6 +362,15 @@ mod tests {
         assert!(matches!(every.map(|cli| cli.command), Ok(Command::Rollup(RollupArgs { every: Some(_), .. }))));
         assert!(Cli::try_parse_from(["adk-pg", "rollup", "--once", "--every", "1m"]).is_err());
         assert!(Cli::try_parse_from(["adk-pg", "usage"]).is_err(), "--app is required");
+    }
+
+    #[test]
+    fn erase_user_needs_an_app_and_a_user() {
+        let parsed = Cli::try_parse_from(["adk-pg", "erase-user", "--app", "a", "--user", "u"]).map(|cli| cli.command);
+        let Ok(Command::EraseUser(args)) = parsed else { panic!("{parsed:?}") };
+        assert_eq!((args.dry_run, args.batch_size, args.json), (false, 1_000, false));
+        assert!(Cli::try_parse_from(["adk-pg", "erase-user", "--app", "a"]).is_err(), "--user is required");
+        assert!(Cli::try_parse_from(["adk-pg", "erase-user", "--user", "u"]).is_err(), "--app is required");
     }
 
     #[test]

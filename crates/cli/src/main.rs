@@ -1,8 +1,8 @@
 //! `adk-pg`, the operator's tool: one binary to migrate, set the store's
 //! policy, keep partitions ahead of the clock, retire old days, expire
 //! sessions, convert a live event table, build indexes without blocking
-//! writes, roll up and query usage, report health, and serve metrics and a
-//! dashboard (`serve`).
+//! writes, roll up and query usage, report health, serve metrics and a
+//! dashboard (`serve`), and erase a user (`erase-user`).
 //!
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert
 //! on, or a single `rollup` run could not advance past in-flight writers.
@@ -24,9 +24,11 @@ use adk_postgres_storage::policy::amend_policy_settings;
 use adk_postgres_storage::{
     AppBinding, PolicyAmendment, ServiceRoleOptions, policy_changes, setup_service_role, show_service_role,
 };
+use adk_postgres_storage::{EraseOptions, EraseProgress, EraseStep, PgSessionStore, PoolConfig, TenantScope};
 use anyhow::{Context, Result};
 use args::{
-    Cli, Command, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs, ThresholdArgs, UsageArgs, time_arg,
+    Cli, Command, EraseUserArgs, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs, ThresholdArgs,
+    UsageArgs, time_arg,
 };
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
@@ -205,7 +207,72 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if report.is_healthy() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
         Command::Serve(args) => serve(&url, args).await,
+        Command::EraseUser(args) => erase_user(&url, args).await,
     }
+}
+
+/// `adk-pg erase-user`: counts first (the size of the job, and whether an
+/// interrupted erasure is resumed), then erases in batches with progress
+/// lines on stderr and the report on stdout. The user id itself is never
+/// printed: the lines name the user by the hash the audit record keeps.
+async fn erase_user(url: &str, args: EraseUserArgs) -> Result<ExitCode> {
+    let app = adk_postgres_domain::AppName::new(args.app.as_str())?;
+    let user = adk_postgres_domain::UserId::new(args.user.as_str())?;
+    let options = EraseOptions { batch_size: args.batch_size, dry_run: args.dry_run };
+    // One batch at a time: two connections are plenty.
+    let pool = PoolConfig { max_size: 2, application_name: "adk-pg erase-user".into(), ..PoolConfig::default() };
+    // Per request: the owner acts for any app, a service role only for
+    // the apps it is bound to.
+    let store = PgSessionStore::connect(url, &pool, Default::default())
+        .await
+        .context("connect")?
+        .with_tenant_scope(TenantScope::PerRequest);
+    let preview = store
+        .erase_user_with(&app, &user, EraseOptions { dry_run: true, ..options }, |_| {})
+        .await
+        .context("count what the erasure would delete")?;
+    if args.dry_run {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&preview)?);
+        } else {
+            println!("{preview}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "{} user {} of app {}: {} session(s), {} event(s), {} usage tail(s), {}; batches of {}",
+        match preview.erasure_id {
+            Some(id) => format!("resuming interrupted erasure #{id} of"),
+            None => "erasing".to_owned(),
+        },
+        preview.user_hash.get(..12).unwrap_or(&preview.user_hash),
+        preview.app_name,
+        preview.sessions,
+        preview.events,
+        preview.usage_tails,
+        if preview.user_state { "the user state" } else { "no user state" },
+        options.batch_size,
+    );
+    // Every step but event batches is printed; event batches at most once a
+    // second, so a large user gives a readable log.
+    let mut printed = std::time::Instant::now();
+    let show = |progress: &EraseProgress| {
+        let routine = progress.step == EraseStep::Events;
+        if !routine || printed.elapsed() >= std::time::Duration::from_secs(1) {
+            eprintln!("{progress}");
+            printed = std::time::Instant::now();
+        }
+    };
+    let report = store.erase_user_with(&app, &user, options, show).await.context(
+        "erase the user (the erasure is recorded as running and its sessions are already hidden: \
+         run the same command again to finish it)",
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn health_thresholds(args: &ThresholdArgs) -> HealthThresholds {

@@ -74,6 +74,65 @@ async fn expire_reports_what_it_deleted() {
     assert!(stdout(&expire).contains("expired 7 session(s)"), "{}", stdout(&expire));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn erase_user_counts_erases_in_batches_and_refuses_bad_input() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+    sql.batch_execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, last_seq) VALUES ('app', 'gone', 'a', 5),
+                ('app', 'gone', 'b', 0), ('app', 'stays', 'a', 5);
+         INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT 'app', u, 'a', (now() AT TIME ZONE 'UTC')::date, n, 'e' || n, 'agent', n, '{}'
+           FROM generate_series(1, 5) n, unnest(ARRAY['gone', 'stays']) u;
+         INSERT INTO adk_user_states (app_name, user_id, state) VALUES ('app', 'gone', '{\"k\": 1}');",
+    )
+    .await
+    .expect("a user to erase and one to keep");
+    let rows = async |user: &str| -> i64 {
+        sql.query_one(
+            "SELECT (SELECT count(*) FROM adk_sessions WHERE user_id = $1)
+                  + (SELECT count(*) FROM adk_events WHERE user_id = $1)
+                  + (SELECT count(*) FROM adk_user_states WHERE user_id = $1)",
+            &[&user],
+        )
+        .await
+        .expect("count")
+        .get(0)
+    };
+
+    let dry = adk_pg(db.url(), &["erase-user", "--app", "app", "--user", "gone", "--dry-run", "--json"]);
+    assert!(dry.status.success(), "{dry:?}");
+    let preview: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("--json is JSON");
+    assert_eq!((preview["sessions"].as_u64(), preview["events"].as_u64()), (Some(2), Some(5)), "{preview}");
+    assert_eq!((preview["dry_run"].as_bool(), preview["user_state"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(rows("gone").await, 2 + 5 + 1, "a dry run writes nothing");
+
+    let erase = adk_pg(db.url(), &["erase-user", "--app", "app", "--user", "gone", "--batch-size", "2"]);
+    assert!(erase.status.success(), "{erase:?}");
+    let (out, err) = (stdout(&erase), stderr(&erase));
+    assert!(out.contains("erased user") && out.contains("2 session(s), 5 event(s), the user state"), "{out}");
+    assert!(err.starts_with("erasing user ") && err.contains("batch 1: hid 2 session(s)"), "{err}");
+    assert!(!out.contains("gone") && !err.contains("gone"), "the user id is never printed: {out}{err}");
+    assert_eq!((rows("gone").await, rows("stays").await), (0, 6));
+    let audit: (String, i64, String) = sql
+        .query_one("SELECT status, events, started_by::text FROM adk_user_erasures", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .expect("the audit record");
+    assert_eq!(audit, ("done".to_owned(), 5, "postgres".to_owned()));
+
+    for (args, field) in [
+        (["erase-user", "--app", "app", "--user", ""].as_slice(), "user_id"),
+        (["erase-user", "--app", "app ", "--user", "stays"].as_slice(), "app_name"),
+        (["erase-user", "--app", "app", "--user", "stays", "--batch-size", "0"].as_slice(), "batch_size"),
+    ] {
+        let refused = adk_pg(db.url(), args);
+        assert_eq!(refused.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&refused).contains(&format!("invalid {field}")), "{args:?}: {}", stderr(&refused));
+    }
+    assert_eq!(rows("stays").await, 6, "nothing written on bad input");
+}
+
 #[test]
 fn an_unreachable_database_is_a_clear_failure() {
     let output = adk_pg("postgres://nobody@127.0.0.1:1/none", &["status"]);

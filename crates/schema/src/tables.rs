@@ -39,6 +39,8 @@ diesel::table! {
         closed_at -> Nullable<Timestamptz>,
         successor_id -> Nullable<Text>,
         initial_state -> Jsonb,
+        display_name -> Nullable<Text>,
+        labels -> Jsonb,
     }
 }
 

@@ -255,10 +255,18 @@ outcome! {
 use adk_postgres_schema::tables::adk_sessions;
 
 store_function! {
-    /// Creates the session and merges the initial app and user state in one
-    /// statement; no row when the id is taken.
-    CreateSession => adk_create_session([key] state: JsonArg, ttl: OptIntervalArg, user_delta: JsonArg, app_delta: JsonArg)
-        -> CreatedRow {
+    /// Creates the session with its display name and labels and merges the
+    /// initial app and user state in one statement; no row when the id is
+    /// taken.
+    CreateSession => adk_create_session(
+        [key]
+        state: JsonArg,
+        ttl: OptIntervalArg,
+        user_delta: JsonArg,
+        app_delta: JsonArg,
+        display_name: OptTextArg,
+        labels: JsonArg,
+    ) -> CreatedRow {
             created_at: "timestamp with time zone",
             updated_at: "timestamp with time zone",
             expires_at: "timestamp with time zone",
@@ -294,6 +302,8 @@ store_function! {
             expires_at: "timestamp with time zone",
             closed_at: "timestamp with time zone",
             successor_id: "text",
+            display_name: "text",
+            labels: "jsonb",
             user_state: "jsonb",
             app_state: "jsonb",
             payload: "jsonb",
@@ -319,6 +329,10 @@ pub(crate) struct GetRow {
     pub closed_at: Option<DateTime<Utc>>,
     #[diesel(sql_type = Nullable<Text>)]
     pub successor_id: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub display_name: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub labels: Option<StoredLabels>,
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub user_state: Option<Value>,
     #[diesel(sql_type = Nullable<Jsonb>)]
@@ -344,20 +358,50 @@ impl FromSql<Jsonb, Pg> for StoredEvent {
     }
 }
 
-store_function! {
-    /// One keyset page of a user's live sessions, newest first; the app and
-    /// user state come once, on the first row.
-    ListSessions => adk_list_sessions(tenant: OptTextArg, app_name: TextArg, user_id: TextArg, after_time: OptTimestamptzArg, after_id: OptTextArg, limit: BigIntArg)
-        -> SummaryRow {
-            session_id: "text",
-            state: "jsonb",
-            last_seq: "bigint",
-            created_at: "timestamp with time zone",
-            updated_at: "timestamp with time zone",
-            expires_at: "timestamp with time zone",
-            user_state: "jsonb",
-            app_state: "jsonb",
+/// A session's labels read straight from jsonb's bytes into the map the
+/// domain holds; anything but an object of strings fails decoding (the
+/// table's metadata checks make that corruption).
+#[derive(Debug, Default, diesel::deserialize::FromSqlRow)]
+pub(crate) struct StoredLabels(pub std::collections::BTreeMap<String, String>);
+
+impl FromSql<Jsonb, Pg> for StoredLabels {
+    fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        match value.as_bytes().split_first() {
+            Some((1, text)) => {
+                serde_json::from_slice(text).map(Self).map_err(|e| format!("stored labels are corrupt: {e}").into())
+            }
+            _ => Err("unsupported jsonb version".into()),
         }
+    }
+}
+
+store_function! {
+    /// One keyset page of a user's live sessions, newest first, carrying
+    /// every label of `labels` and last updated in the half-open window
+    /// `[updated_after, updated_before)`; the app and user state come once,
+    /// on the first row.
+    ListSessions => adk_list_sessions(
+        tenant: OptTextArg,
+        app_name: TextArg,
+        user_id: TextArg,
+        after_time: OptTimestamptzArg,
+        after_id: OptTextArg,
+        limit: BigIntArg,
+        labels: JsonArg,
+        updated_after: OptTimestamptzArg,
+        updated_before: OptTimestamptzArg,
+    ) -> SummaryRow {
+        session_id: "text",
+        state: "jsonb",
+        last_seq: "bigint",
+        created_at: "timestamp with time zone",
+        updated_at: "timestamp with time zone",
+        expires_at: "timestamp with time zone",
+        display_name: "text",
+        labels: "jsonb",
+        user_state: "jsonb",
+        app_state: "jsonb",
+    }
 }
 
 #[derive(diesel::QueryableByName)]
@@ -369,10 +413,35 @@ pub(crate) struct SummaryRow {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    pub display_name: Option<String>,
+    pub labels: StoredLabels,
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub user_state: Option<Value>,
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub app_state: Option<Value>,
+}
+
+outcome! {
+    /// What `adk_set_session_metadata` did.
+    MetadataOutcome {
+        /// The display name and labels were replaced.
+        Set = "set",
+        NotFound = "not_found",
+    }
+}
+
+store_function! {
+    /// Replaces the display name and labels; neither the version nor the
+    /// last update time moves.
+    SetSessionMetadata => adk_set_session_metadata([key] display_name: OptTextArg, labels: JsonArg)
+        -> MetadataRow { outcome: "text" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct MetadataRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: MetadataOutcome,
 }
 
 store_function! {
@@ -512,6 +581,117 @@ pub(crate) struct FoundRow {
     pub user_id: String,
 }
 
+outcome! {
+    /// Which unit of work one `adk_erase_user_batch` call did.
+    EraseOutcome {
+        /// Sessions of the user hidden (expired with the erasure's mark).
+        Marked = "marked",
+        /// The newest events of one hidden session deleted.
+        Events = "events",
+        /// A hidden session without events deleted.
+        Session = "session",
+        /// Nothing: a session appeared or went meanwhile.
+        Busy = "busy",
+        /// Nothing: a rollup run is in progress.
+        Waiting = "waiting",
+        /// Invocation tails of the user deleted, more may follow.
+        Tails = "tails",
+        /// The last tails and the user state deleted, the audit record completed.
+        Done = "done",
+    }
+}
+
+store_function! {
+    /// Records an erasure of a user as running, or joins the one already
+    /// running for them (a rerun after an interruption).
+    EraseUserBegin => adk_erase_user_begin(tenant: OptTextArg, app_name: TextArg, user_id: TextArg)
+        -> ErasureBegunRow {
+            erasure_id: "bigint",
+            user_hash: "text",
+            runs: "integer",
+            started_at: "timestamp with time zone",
+        }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct ErasureBegunRow {
+    #[diesel(sql_type = BigInt)]
+    pub erasure_id: i64,
+    #[diesel(sql_type = Text)]
+    pub user_hash: String,
+    #[diesel(sql_type = Integer)]
+    pub runs: i32,
+}
+
+store_function! {
+    /// One bounded unit of an erasure in its own transaction, with the
+    /// erasure's totals so far.
+    EraseUserBatch => adk_erase_user_batch(
+        tenant: OptTextArg,
+        app_name: TextArg,
+        user_id: TextArg,
+        erasure_id: BigIntArg,
+        batch_size: IntArg,
+    ) -> ErasureBatchRow {
+        step: "text",
+        affected: "bigint",
+        sessions: "bigint",
+        events: "bigint",
+        usage_tails: "bigint",
+        user_state: "boolean",
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct ErasureBatchRow {
+    #[diesel(sql_type = Text)]
+    pub step: EraseOutcome,
+    /// Rows this call marked or deleted.
+    #[diesel(sql_type = BigInt)]
+    pub affected: i64,
+    #[diesel(sql_type = BigInt)]
+    pub sessions: i64,
+    #[diesel(sql_type = BigInt)]
+    pub events: i64,
+    #[diesel(sql_type = BigInt)]
+    pub usage_tails: i64,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub user_state: bool,
+}
+
+store_function! {
+    /// What erasing the user would remove, and their running erasure if an
+    /// interrupted one waits to be resumed; writes nothing.
+    EraseUserPreview => adk_erase_user_preview(tenant: OptTextArg, app_name: TextArg, user_id: TextArg)
+        -> ErasurePreviewRow {
+            user_hash: "text",
+            sessions: "bigint",
+            events: "bigint",
+            usage_tails: "bigint",
+            user_state: "boolean",
+            running_erasure_id: "bigint",
+        }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct ErasurePreviewRow {
+    #[diesel(sql_type = Text)]
+    pub user_hash: String,
+    #[diesel(sql_type = BigInt)]
+    pub sessions: i64,
+    #[diesel(sql_type = BigInt)]
+    pub events: i64,
+    #[diesel(sql_type = BigInt)]
+    pub usage_tails: i64,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub user_state: bool,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub running_erasure_id: Option<i64>,
+}
+
 /// Makes the policy's missing event partitions as the tables' owner: the
 /// one DDL a service role may cause, when an append finds today's partition
 /// missing. Written out because it takes no argument (the macro's wrappers
@@ -554,11 +734,15 @@ pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
     GetSession::SIGNATURE,
     ListSessions::SIGNATURE,
+    SetSessionMetadata::SIGNATURE,
     DeleteSession::SIGNATURE,
     AppendEvent::SIGNATURE,
     RolloverSession::SIGNATURE,
     RewindSession::SIGNATURE,
     FindSessions::SIGNATURE,
     PremakeEventPartitions::SIGNATURE,
+    EraseUserBegin::SIGNATURE,
+    EraseUserBatch::SIGNATURE,
+    EraseUserPreview::SIGNATURE,
     ForkSession::SIGNATURE,
 ];

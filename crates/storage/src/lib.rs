@@ -41,6 +41,7 @@ pub mod functions;
 pub mod observe;
 pub mod pg_error;
 
+pub use erase::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
 
 /// Migrating is the first thing a service does with the store, so one

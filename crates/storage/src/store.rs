@@ -7,6 +7,7 @@
 //! bound so one partition is read). None of them opens an explicit
 //! transaction: each statement is atomic on its own.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -25,8 +26,8 @@ use serde_json::Value;
 
 use crate::error::from_diesel;
 use crate::functions::{
-    self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, PremadeRow,
-    RewindOutcome, RewindRow, RolloverOutcome, RolloverRow, SummaryRow,
+    self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, MetadataOutcome,
+    MetadataRow, PremadeRow, RewindOutcome, RewindRow, RolloverOutcome, RolloverRow, SummaryRow,
 };
 use crate::observe::{Observation, Operation};
 use crate::policy::interval_duration;
@@ -257,6 +258,46 @@ fn to_json(state: State) -> Value {
     Value::Object(state)
 }
 
+/// Labels as the jsonb object the store's functions take.
+fn labels_json(labels: &BTreeMap<String, String>) -> Value {
+    Value::Object(labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
+}
+
+/// An `updated_at` window bound as PostgreSQL compares it with stored update
+/// times, which are whole microseconds: rounded up to the next microsecond,
+/// which keeps both `t >= bound` and `t < bound` exact for every stored `t`
+/// (binding it as is would truncate it, and a bound a few nanoseconds after
+/// a session's update time would still include it), and never before
+/// PostgreSQL's first instant, 4714 BC, before which nothing is stored.
+fn window_bound(bound: DateTime<Utc>) -> DateTime<Utc> {
+    let below = i64::from(bound.timestamp_subsec_nanos() % 1_000);
+    let up = match below {
+        0 => bound,
+        // Past chrono's last instant (year 262143) there is nothing to round to.
+        _ => bound.checked_add_signed(chrono::TimeDelta::nanoseconds(1_000 - below)).unwrap_or(bound),
+    };
+    let earliest = chrono::NaiveDate::from_ymd_opt(-4713, 11, 24)
+        .and_then(|day| day.and_hms_opt(0, 0, 0))
+        .map(|midnight| midnight.and_utc())
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    up.max(earliest)
+}
+
+/// The table's metadata checks (a trigger that fails like a CHECK
+/// constraint, `adk_sessions_labels_sane` and the like) name the column; the
+/// caller's field is under `metadata`, as the store's own checks name it.
+/// Only a bound the store does not check itself reaches the table.
+fn metadata_field(error: StoreError) -> StoreError {
+    match error {
+        StoreError::InvalidInput { field, reason }
+            if field.starts_with("display_name") || field.starts_with("labels") =>
+        {
+            StoreError::InvalidInput { field: format!("metadata.{field}"), reason }
+        }
+        other => other,
+    }
+}
+
 impl PgSessionStore {
     pub fn new(pool: PgPool, config: StoreConfig) -> Self {
         #[cfg(feature = "metrics")]
@@ -357,14 +398,27 @@ impl PgSessionStore {
 /// through the `SessionStore` methods, so a caller's call is one span and
 /// one measurement however many statements it takes.
 impl PgSessionStore {
-    // Placeholder until the metadata migration lands (issue #16).
     async fn set_session_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError> {
         metadata.validate()?;
-        Err(StoreError::NotFound(key.clone()))
+        let labels = labels_json(&metadata.labels);
+        let row = with_retries!(self, |conn| sql::SetSessionMetadata {
+            key: self.key_args(key),
+            display_name: metadata.display_name.as_deref(),
+            labels: &labels,
+        }
+        .load::<MetadataRow>(&mut conn)
+        .await
+        .map_err(|e| metadata_field(from_diesel(e, "state")))
+        .and_then(|rows| only_row(rows, "adk_set_session_metadata")))?;
+        match row.outcome {
+            MetadataOutcome::Set => Ok(()),
+            MetadataOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+        }
     }
 
     async fn create_session(&self, request: CreateSession) -> Result<Session, StoreError> {
         let id = SessionId::from_requested(request.session_id.as_deref())?;
+        request.metadata.validate()?;
         let scoped = ScopedState::split("state", &request.state)?;
         scoped.check_sizes("state")?;
         let ttl = request.ttl.or(self.config.default_ttl).map(|ttl| interval("ttl", ttl)).transpose()?;
@@ -372,6 +426,7 @@ impl PgSessionStore {
         let session_json = to_json(scoped.session.clone());
         let user_json = to_json(scoped.user);
         let app_json = to_json(scoped.app);
+        let labels = labels_json(&request.metadata.labels);
 
         let created = with_retries!(self, |conn| sql::CreateSession {
             key: self.key_args(&key),
@@ -379,11 +434,13 @@ impl PgSessionStore {
             ttl,
             user_delta: &user_json,
             app_delta: &app_json,
+            display_name: request.metadata.display_name.as_deref(),
+            labels: &labels,
         }
         .load::<CreatedRow>(&mut conn)
         .await
         .map(single)
-        .map_err(|e| from_diesel(e, "state")))?;
+        .map_err(|e| metadata_field(from_diesel(e, "state"))))?;
         let Some(row) = created else {
             return match request.on_existing {
                 OnExisting::ReturnExisting => match self.load_session(&key, GetOptions::default()).await {
@@ -405,7 +462,8 @@ impl PgSessionStore {
             expires_at: row.expires_at,
             closed_at: None,
             successor: None,
-            metadata: SessionMetadata::default(),
+            // As inserted: the create either wrote exactly these or nothing.
+            metadata: request.metadata,
         })
     }
 
@@ -442,11 +500,15 @@ impl PgSessionStore {
                 .map(SessionId::new)
                 .transpose()
                 .map_err(|e| StoreError::Database { message: format!("stored successor id is corrupt: {e}") })?,
-            metadata: SessionMetadata::default(),
+            metadata: SessionMetadata {
+                display_name: session.display_name,
+                labels: session.labels.ok_or_else(|| corrupt("labels"))?.0,
+            },
         })
     }
 
     async fn list_sessions(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
+        request.validate_filters()?;
         let cursor = request.page_token.as_ref().map(PageToken::position).transpose()?;
         let (after_time, after_id) = match &cursor {
             Some((micros, id)) => (
@@ -459,6 +521,7 @@ impl PgSessionStore {
             None => (None, None),
         };
         let page_size = request.effective_page_size();
+        let labels = labels_json(&request.labels);
         let mut rows = with_retries!(self, |conn| sql::ListSessions {
             tenant: self.tenant_for(&request.app_name),
             app_name: request.app_name.as_str(),
@@ -467,6 +530,9 @@ impl PgSessionStore {
             after_id,
             // One more than a page tells whether another page follows.
             limit: page_size as i64 + 1,
+            labels: &labels,
+            updated_after: request.updated_after.map(window_bound),
+            updated_before: request.updated_before.map(window_bound),
         }
         .load::<SummaryRow>(&mut conn)
         .await
@@ -493,7 +559,7 @@ impl PgSessionStore {
                 last_update_time: row.updated_at,
                 created_at: row.created_at,
                 expires_at: row.expires_at,
-                metadata: SessionMetadata::default(),
+                metadata: SessionMetadata { display_name: row.display_name, labels: row.labels.0 },
             });
         }
         let next_page_token = if more {

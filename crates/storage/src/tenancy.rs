@@ -37,15 +37,8 @@ pub use adk_postgres_schema::names::STORE_TABLES;
 /// Everything a service role may do: the functions the store calls, each
 /// with its typed wrapper ([`crate::functions::SIGNATURES`]), so the grant
 /// follows the wrappers and a test holds both to the migrations.
-pub const STORE_FUNCTIONS: [&str; SIGNATURES.len()] = {
-    let mut names = [""; SIGNATURES.len()];
-    let mut i = 0;
-    while i < SIGNATURES.len() {
-        names[i] = SIGNATURES[i].name;
-        i += 1;
-    }
-    names
-};
+pub static STORE_FUNCTIONS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| SIGNATURES.iter().map(|signature| signature.name).collect());
 
 /// Why setting a service role up, or reading it, failed.
 #[derive(Debug, thiserror::Error)]

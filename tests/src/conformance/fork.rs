@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::{Event, GetOptions, StoreConfig, StoreError};
+use adk_postgres_domain::{Event, GetOptions, SessionMetadata, StoreConfig, StoreError};
 use serde_json::json;
 
 use super::*;
@@ -134,4 +134,21 @@ pub async fn fork_of_a_closed_session_is_open_and_expired_ones_are_not_found<F: 
     // The expired fork's id is free at once, as for create.
     let again = store.fork(&original.key, 1, Some("f".into())).await.expect("fork onto an expired id");
     assert_eq!(again.version, 1);
+}
+
+pub async fn fork_copies_the_display_name_and_labels<F: StoreFactory>(f: &F) {
+    let store = f.store(StoreConfig::default()).await;
+    let (app, user) = names("forkmeta");
+    let metadata = SessionMetadata::new().with_display_name("Trip planning").with_label("team", "travel");
+    let original = store
+        .create(CreateSession::new(app.clone(), user.clone()).with_id("s").with_metadata(metadata.clone()))
+        .await
+        .expect("create with metadata");
+    append(&*store, &original.key, ev(json!({ "i": 1 }))).await;
+    let fork = store.fork(&original.key, 1, Some("f".into())).await.expect("fork");
+    assert_eq!(fork.metadata, metadata, "the fork carries the original's display name and labels");
+    let renamed = SessionMetadata::new().with_display_name("Plan B");
+    store.set_metadata(&fork.key, renamed.clone()).await.expect("rename the fork");
+    assert_eq!(get(&*store, &fork.key).await.metadata, renamed);
+    assert_eq!(get(&*store, &original.key).await.metadata, metadata, "renaming the fork leaves the original");
 }

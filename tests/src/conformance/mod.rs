@@ -17,10 +17,12 @@ mod append;
 mod concurrency;
 mod create;
 mod delete;
+mod erase;
 mod find;
 mod fork;
 mod get;
 mod list;
+mod metadata;
 mod rewind_rollover;
 mod validation;
 
@@ -28,10 +30,12 @@ pub use append::*;
 pub use concurrency::*;
 pub use create::*;
 pub use delete::*;
+pub use erase::*;
 pub use find::*;
 pub use fork::*;
 pub use get::*;
 pub use list::*;
+pub use metadata::*;
 pub use rewind_rollover::*;
 pub use validation::*;
 
@@ -113,6 +117,12 @@ macro_rules! conformance_tests {
             // delete
             delete_is_idempotent,
             delete_removes_events_and_keeps_app_and_user_state,
+            // erase
+            erase_user_removes_every_session_event_and_the_user_state,
+            a_second_erasure_and_an_unknown_user_erase_nothing,
+            erased_session_ids_are_free_and_nothing_comes_back,
+            erase_user_matches_the_user_id_exactly,
+            appends_racing_an_erasure_land_before_it_or_are_not_found,
             // find_by_id
             find_by_id_finds_live_sessions_across_users_and_apps,
             // rewind and rollover
@@ -128,6 +138,17 @@ macro_rules! conformance_tests {
             fork_at_zero_or_at_the_end_and_with_a_generated_id,
             fork_refuses_bad_points_taken_ids_and_missing_sessions,
             fork_of_a_closed_session_is_open_and_expired_ones_are_not_found,
+            fork_copies_the_display_name_and_labels,
+            // metadata
+            create_with_metadata_shows_it_in_get_and_list,
+            set_metadata_replaces_without_moving_version_or_update_time,
+            bad_metadata_is_refused_naming_the_field_and_nothing_is_written,
+            set_metadata_of_a_missing_or_expired_session_is_not_found,
+            a_closed_session_can_be_renamed_and_its_successor_inherits_metadata,
+            list_filters_by_labels_every_one_must_match,
+            list_filters_by_an_updated_window_exact_to_the_nanosecond,
+            list_filters_page_by_keyset_without_gaps_or_duplicates,
+            list_refuses_bad_filters,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
             app_names_that_look_alike_are_refused,
