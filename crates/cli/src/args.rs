@@ -109,6 +109,12 @@ pub enum Command {
     /// short batches, leaving an audit record without content. App state
     /// stays. Safe to interrupt: run it again to finish.
     EraseUser(EraseUserArgs),
+    /// Turn the live change feed (watch, watch_app) on or off, or show it.
+    /// Off after migrating: it costs appends a cluster-wide lock at commit.
+    ChangeFeed {
+        #[arg(value_enum)]
+        switch: FeedSwitch,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -384,4 +390,12 @@ mod tests {
         assert!(matches!(open.map(|cli| cli.command), Ok(Command::Serve(_))));
         assert!(Cli::try_parse_from(["adk-pg", "serve", "--listen", "localhost"]).is_err(), "an address and port");
     }
+}
+
+/// What `adk-pg change-feed` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FeedSwitch {
+    On,
+    Off,
+    Status,
 }

@@ -27,8 +27,8 @@ use adk_postgres_storage::{
 use adk_postgres_storage::{EraseOptions, EraseProgress, EraseStep, PgSessionStore, PoolConfig, TenantScope};
 use anyhow::{Context, Result};
 use args::{
-    Cli, Command, EraseUserArgs, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs, ThresholdArgs,
-    UsageArgs, time_arg,
+    Cli, Command, EraseUserArgs, FeedSwitch, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs,
+    ThresholdArgs, UsageArgs, time_arg,
 };
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
@@ -208,7 +208,27 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Serve(args) => serve(&url, args).await,
         Command::EraseUser(args) => erase_user(&url, args).await,
+        Command::ChangeFeed { switch } => change_feed(&url, switch).await,
     }
+}
+
+/// `adk-pg change-feed on|off|status`, as the tables' owner.
+async fn change_feed(url: &str, switch: FeedSwitch) -> Result<ExitCode> {
+    let pool = PoolConfig { max_size: 1, application_name: "adk-pg change-feed".into(), ..PoolConfig::default() };
+    let store = PgSessionStore::connect(url, &pool, Default::default()).await.context("connect")?;
+    let enabled = match switch {
+        FeedSwitch::Status => store.change_feed_enabled().await.context("read the change feed's state")?,
+        FeedSwitch::On | FeedSwitch::Off => {
+            let on = switch == FeedSwitch::On;
+            let changed = store.set_change_feed(on).await.context("switch the change feed")?;
+            if !changed {
+                println!("the change feed was already {}", if on { "on" } else { "off" });
+            }
+            on
+        }
+    };
+    println!("change feed: {}", if enabled { "on" } else { "off" });
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `adk-pg erase-user`: counts first (the size of the job, and whether an

@@ -709,3 +709,36 @@ async fn serve_answers_with_the_token_and_stops_on_sigterm() {
     };
     assert!(exit.success(), "SIGTERM stops the server cleanly: {exit:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_change_feed_is_off_after_migrating_and_switches_on_and_off() {
+    let db = test_database().await;
+    let triggers = || async {
+        let sql = connect(db.url()).await.expect("connect");
+        let row = sql
+            .query_one(
+                "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'adk_feed%' AND tgrelid IN \
+                 ('adk_events'::regclass, 'adk_sessions'::regclass)",
+                &[],
+            )
+            .await
+            .expect("count triggers");
+        row.get::<_, i64>(0)
+    };
+    let status = adk_pg(db.url(), &["change-feed", "status"]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    assert_eq!(stdout(&status).trim(), "change feed: off");
+    assert_eq!(triggers().await, 0, "nothing of the feed on the append path after migrating");
+
+    let on = adk_pg(db.url(), &["change-feed", "on"]);
+    assert!(on.status.success(), "{}", stderr(&on));
+    assert!(stdout(&on).contains("change feed: on"), "{}", stdout(&on));
+    assert!(triggers().await > 0, "turning it on creates the triggers");
+    let again = adk_pg(db.url(), &["change-feed", "on"]);
+    assert!(stdout(&again).contains("already on"), "{}", stdout(&again));
+
+    let off = adk_pg(db.url(), &["change-feed", "off"]);
+    assert!(off.status.success(), "{}", stderr(&off));
+    assert_eq!(triggers().await, 0);
+    assert_eq!(stdout(&adk_pg(db.url(), &["change-feed", "status"])).trim(), "change feed: off");
+}

@@ -729,6 +729,66 @@ pub(crate) struct PremadeRow {
     pub adk_premake_event_partitions: Option<i32>,
 }
 
+store_function! {
+    /// Makes the calling connection (a change feed's own, never a pooled
+    /// one) listen for one app's change notices, after the tenant check;
+    /// refused with 42501 for an app the role may not act for.
+    FeedListen => adk_feed_listen(tenant: OptTextArg, app_name: TextArg)
+        -> FeedListenRow { channel: "text", backend_pid: "integer" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct FeedListenRow {
+    #[diesel(sql_type = Nullable<Text>)]
+    pub channel: Option<String>,
+    /// The listening server process, as `pg_stat_activity` knows it.
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub backend_pid: Option<i32>,
+}
+
+store_function! {
+    /// A change feed's read: the session's header, the event at `after_seq`
+    /// (its id only, to tell a rewind under the watcher), then at most
+    /// `limit` events after it, in one snapshot from one partition. No row
+    /// when missing, expired or not the tenant's.
+    ReadEventsAfter => adk_read_events_after([key] after_seq: BigIntArg, limit: IntArg)
+        -> FeedRow {
+            last_seq: "bigint",
+            created_at: "timestamp with time zone",
+            expires_at: "timestamp with time zone",
+            closed_at: "timestamp with time zone",
+            successor_id: "text",
+            seq: "bigint",
+            event_id: "text",
+            payload: "jsonb",
+        }
+}
+
+/// A row of `adk_read_events_after`: the header (no `seq`), then events
+/// (a `seq` and an `event_id`; a `payload` on all but the one at
+/// `after_seq`).
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct FeedRow {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub last_seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub created_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub closed_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub successor_id: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub event_id: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub payload: Option<StoredEvent>,
+}
+
 /// Every function the store calls: exactly what a service role may execute.
 pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
@@ -745,4 +805,6 @@ pub const SIGNATURES: &[Signature] = &[
     EraseUserBatch::SIGNATURE,
     EraseUserPreview::SIGNATURE,
     ForkSession::SIGNATURE,
+    FeedListen::SIGNATURE,
+    ReadEventsAfter::SIGNATURE,
 ];

@@ -3,8 +3,9 @@
 //! `SessionStore` contract by calling the store's SQL functions, each
 //! through a typed wrapper ([`functions`]). Also here: setting up the
 //! service roles that may call those functions and nothing else
-//! ([`tenancy`]), and the one classifier of PostgreSQL failures
-//! ([`pg_error`]).
+//! ([`tenancy`]), the one classifier of PostgreSQL failures
+//! ([`pg_error`]), and the live change feed ([`watch`]: a session's new
+//! events, or an app's new sessions and events, as they commit).
 //!
 //! It must not depend on the adk adapter, the operations crate or any
 //! binary; a service links it to store sessions and nothing more.
@@ -34,8 +35,8 @@ pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, re
 pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
 pub mod store;
 
-mod error;
 mod erase;
+mod error;
 mod fork;
 pub mod functions;
 pub mod observe;
@@ -43,6 +44,8 @@ pub mod pg_error;
 
 pub use erase::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
+pub mod watch;
+pub use watch::{AppFeed, AppNotice, EventFeed};
 
 /// Migrating is the first thing a service does with the store, so one
 /// dependency is enough for it.
