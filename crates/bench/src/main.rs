@@ -10,7 +10,10 @@
 mod cpu;
 mod crowd;
 mod driver;
+mod erase;
+mod feed;
 mod floor;
+mod labels;
 mod measure;
 mod ops;
 mod pgstat;

@@ -10,6 +10,9 @@ use serde::Serialize;
 
 use crate::crowd::CrowdResult;
 use crate::driver::Peer;
+use crate::erase::EraseBenchReport;
+use crate::feed::FeedLatencyReport;
+use crate::labels::LabelListReport;
 use crate::measure::Latency;
 use crate::ops::Op;
 use crate::pgstat::HotRatio;
@@ -193,6 +196,12 @@ pub struct Report {
     pub retention: RetentionReport,
     /// Usage rollups of a backlog of events, and of the minute after it.
     pub rollup: RollupBenchReport,
+    /// Erasing one user's events in bounded batches.
+    pub erase: EraseBenchReport,
+    /// A user's listing filtered by labels, against unfiltered.
+    pub labels: LabelListReport,
+    /// Append-to-watcher latency of the change feed, and its cost on appends.
+    pub feed: FeedLatencyReport,
     pub peak_rss_bytes: Option<u64>,
     pub notes: Vec<String>,
     pub elapsed_secs: f64,
@@ -645,6 +654,12 @@ impl Report {
              --every 1m` runs; rows are totals after the run; job CPU: CPU of this process, where the rollup \
              job runs (streaming rows, sketches, merges, encoding), during the run; the server's work overlaps it"
         );
+        println!();
+        println!("{}", self.erase);
+        println!();
+        println!("{}", self.labels);
+        println!();
+        println!("{}", self.feed);
         println!();
         if !self.crowd.is_empty() {
             println!(

@@ -34,6 +34,7 @@ use crate::server::{Server, connect};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
+use crate::{erase, feed, labels};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -41,6 +42,7 @@ const SEQUENTIAL_BASE: usize = 100_000;
 const CONCURRENT_BASE: usize = 200_000;
 const RETENTION_DATABASE: &str = "adk_bench_retention";
 const ROLLUP_DATABASE: &str = "adk_bench_rollup";
+const BEYOND_DATABASE: &str = "adk_bench_beyond";
 /// Untimed operations of each kind before the round-trip pass counts.
 const WARM_UP: usize = 3;
 
@@ -168,6 +170,29 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let rollup = rollup::measure(&rollup_url, bench.plan.rollup_events, bench.plan.rollup_runs).await?;
     bench.server.drop_database(ROLLUP_DATABASE).await?;
 
+    // What no peer offers: erasing a user, a labelled listing, the change
+    // feed. Each on a fresh database, before the peers' workloads.
+    log(format!("erase_user: a user with {} events over 4 days", bench.plan.erase_events));
+    let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
+    migrate_ours(&beyond_url, today).await?;
+    let erase = erase::measure_erase(&beyond_url, bench.plan.erase_events, 1_000).await?;
+    bench.server.drop_database(BEYOND_DATABASE).await?;
+    log(format!("list with a label filter: one user with {} sessions", bench.plan.label_sessions));
+    let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
+    migrate_ours(&beyond_url, today).await?;
+    let labels = labels::measure_label_list(&beyond_url, bench.plan.label_sessions, bench.plan.label_calls).await?;
+    bench.server.drop_database(BEYOND_DATABASE).await?;
+    log("change feed: append-to-watcher latency under 8 writers");
+    let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
+    migrate_ours(&beyond_url, today).await?;
+    let feed_plan = feed::FeedPlan {
+        writers: 8,
+        appends_per_writer: bench.plan.feed_appends_per_writer,
+        ..feed::FeedPlan::default()
+    };
+    let feed = feed::measure_notify_latency(&beyond_url, feed_plan).await?;
+    bench.server.drop_database(BEYOND_DATABASE).await?;
+
     bench.setup_sessions().await?;
     bench.creates().await?;
     bench.appends().await?;
@@ -189,6 +214,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         hot,
         retention,
         rollup,
+        erase,
+        labels,
+        feed,
         peak_rss_bytes,
         notes: bench.notes.clone(),
         elapsed_secs: started.elapsed().as_secs_f64(),

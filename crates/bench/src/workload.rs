@@ -58,6 +58,13 @@ pub struct Plan {
     /// Writers of each crowd section (ours), and seconds each lasts.
     pub crowd_writers: Vec<usize>,
     pub crowd_secs: u64,
+    /// Events of the user `erase_user` erases.
+    pub erase_events: usize,
+    /// Sessions of the user a labelled listing filters, and listings timed.
+    pub label_sessions: usize,
+    pub label_calls: usize,
+    /// Appends of each of the 8 writers per round of the change-feed latency.
+    pub feed_appends_per_writer: usize,
 }
 
 impl Plan {
@@ -80,6 +87,10 @@ impl Plan {
             round_trip_ops: 50,
             crowd_writers: CROWD_WRITERS.to_vec(),
             crowd_secs: 10,
+            erase_events: 100_000,
+            label_sessions: 100_000,
+            label_calls: 200,
+            feed_appends_per_writer: 500,
         }
     }
 
@@ -103,6 +114,10 @@ impl Plan {
             round_trip_ops: 5,
             crowd_writers: CROWD_WRITERS.to_vec(),
             crowd_secs: 3,
+            erase_events: 10_000,
+            label_sessions: 10_000,
+            label_calls: 50,
+            feed_appends_per_writer: 100,
         }
     }
 
