@@ -137,3 +137,22 @@ pub fn server_binary(name: &str) -> std::path::PathBuf {
     };
     from_pg_config.or_else(versioned).unwrap_or_else(|| PathBuf::from(name))
 }
+
+/// The pid of a backend of this test's database that waits on a lock and
+/// whose `pg_stat_activity` row matches `matching` (an SQL condition, e.g.
+/// `application_name = 'adk-postgres'`). Panics after five seconds: the
+/// test's statement never blocked.
+pub async fn lock_waiter(sql: &Client, matching: &str) -> i32 {
+    let query = format!(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND ({matching})"
+    );
+    for _ in 0..200 {
+        let rows = sql.query(&query, &[]).await.expect("pg_stat_activity");
+        if let Some(row) = rows.first() {
+            return row.get(0);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no backend matching {matching} waited on a lock");
+}

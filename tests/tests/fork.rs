@@ -14,7 +14,9 @@ use adk_postgres_rollup::{RollupConfig, run_rollup};
 use adk_postgres_storage::TenantScope;
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_testing::test_database;
-use adk_postgres_tests::pg::{client, new_session, scoped_store, service_role, store, two_tenants, with_delta};
+use adk_postgres_tests::pg::{
+    client, lock_waiter, new_session, scoped_store, service_role, store, two_tenants, with_delta,
+};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -141,7 +143,7 @@ async fn a_fork_killed_mid_copy_leaves_nothing() {
         let key = key.clone();
         tokio::spawn(async move { store.fork(&key, 20, Some("half".into())).await })
     };
-    let pid = waiting_fork(&sql).await;
+    let pid = lock_waiter(&sql, "query LIKE '%adk_fork_session%'").await;
     let half_written: i64 = sql
         .query_one(
             "SELECT count(*) FROM pg_locks l WHERE l.pid = $1 AND l.locktype = 'transactionid' AND l.granted",
@@ -168,24 +170,6 @@ async fn a_fork_killed_mid_copy_leaves_nothing() {
     assert_eq!(leftovers, 0, "nothing of a killed fork remains");
     let retried = store.fork(&key, 20, Some("half".into())).await.expect("the retry forks");
     assert_eq!(retried.version, 20);
-}
-
-async fn waiting_fork(sql: &tokio_postgres::Client) -> i32 {
-    for _ in 0..200 {
-        let rows = sql
-            .query(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND query LIKE '%adk_fork_session%'",
-                &[],
-            )
-            .await
-            .expect("activity");
-        if let Some(row) = rows.first() {
-            return row.get(0);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the fork never blocked");
 }
 
 #[tokio::test(flavor = "multi_thread")]

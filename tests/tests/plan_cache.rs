@@ -72,24 +72,36 @@ struct Outcome {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
-    let db = test_database().await;
-    let outcome = warm_then_fill(&db).await;
-    eprintln!("{outcome:?}");
+    // Parallel tests' DDL in other databases of the cluster can overflow the
+    // shared invalidation queue, which resets every backend's caches and
+    // with them the control's cached plan: then the control fails to show
+    // the failure, and the run proves nothing either way. Such a run is
+    // repeated on a fresh database; the store's functions are held to an
+    // index read in every run.
+    const ATTEMPTS: usize = 3;
+    let mut outcomes = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let db = test_database().await;
+        let outcome = warm_then_fill(&db).await;
+        eprintln!("{outcome:?}");
 
-    // The control reproduces the failure: a cached generic plan scans the
-    // whole partition on every call.
-    assert!(
-        outcome.control.seq >= MEASURED_CALLS as i64,
-        "control: a static PL/pgSQL read did not scan {} sequentially, so this test cannot tell the fix \
-         from its absence: {outcome:?}",
-        outcome.partition
+        // The store's functions reach the filled partition by index only.
+        let Outcome { partition, get_session, append_event, .. } = &outcome;
+        assert_eq!(get_session.seq, 0, "adk_get_session scanned {partition} sequentially: {outcome:?}");
+        assert!(get_session.idx >= MEASURED_CALLS as i64, "adk_get_session used no index: {outcome:?}");
+        assert_eq!(append_event.seq, 0, "adk_append_event scanned {partition} sequentially: {outcome:?}");
+
+        // The control reproduces the failure: a cached generic plan scans
+        // the whole partition on every call.
+        if outcome.control.seq >= MEASURED_CALLS as i64 {
+            return;
+        }
+        outcomes.push(outcome);
+    }
+    panic!(
+        "control: a static PL/pgSQL read did not scan the filled partition sequentially in {ATTEMPTS} runs, so \
+         this test cannot tell the fix from its absence: {outcomes:?}"
     );
-
-    // The store's functions reach the filled partition by index only.
-    let Outcome { partition, get_session, append_event, .. } = &outcome;
-    assert_eq!(get_session.seq, 0, "adk_get_session scanned {partition} sequentially: {outcome:?}");
-    assert!(get_session.idx >= MEASURED_CALLS as i64, "adk_get_session used no index: {outcome:?}");
-    assert_eq!(append_event.seq, 0, "adk_append_event scanned {partition} sequentially: {outcome:?}");
 }
 
 /// Warms one connection on a small partition, fills the partition from

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::{Cluster, start_throwaway_cluster, test_database, test_database_on};
-use adk_postgres_tests::pg::{client, new_session};
+use adk_postgres_tests::pg::{client, lock_waiter, new_session};
 use serde_json::json;
 
 async fn store_with_pool(url: &str, pool: PoolConfig) -> PgSessionStore {
@@ -91,21 +91,7 @@ async fn a_restart_under_eight_writers_loses_nothing_acknowledged() {
 
 /// The pid of the store's backend that waits for a lock.
 async fn waiting_backend(sql: &tokio_postgres::Client) -> i32 {
-    for _ in 0..200 {
-        let rows = sql
-            .query(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
-                 AND application_name = 'adk-postgres' AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .expect("activity");
-        if let Some(row) = rows.first() {
-            return row.get(0);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the append never blocked");
+    lock_waiter(sql, "application_name = 'adk-postgres'").await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::error::from_diesel;
 use crate::functions::{self as sql, EraseOutcome, ErasureBatchRow, ErasureBegunRow, ErasurePreviewRow};
-use crate::store::{PgSessionStore, TenantScope, only_row, with_retries};
+use crate::store::{PgSessionStore, only_row, with_retries};
 
 /// Rows one batch marks or deletes by default.
 pub const DEFAULT_ERASE_BATCH: u32 = 1_000;
@@ -214,16 +214,6 @@ fn count(n: i64) -> u64 {
 }
 
 impl PgSessionStore {
-    /// The `adk.app_name` an erasure in `app` runs under, as for every
-    /// other operation (`PgSessionStore::tenant_for`).
-    fn erase_tenant<'a>(&'a self, app: &'a AppName) -> Option<&'a str> {
-        match self.tenant_scope() {
-            TenantScope::Off => None,
-            TenantScope::PerRequest => Some(app.as_str()),
-            TenantScope::Fixed(tenant) => Some(tenant.as_str()),
-        }
-    }
-
     /// `SessionStore::erase_user` with the default batch size.
     pub(crate) async fn erase_user_data(&self, app: &AppName, user: &UserId) -> Result<Erasure, StoreError> {
         self.erase_user_with(app, user, EraseOptions::default(), |_| {}).await.map(|report| report.erasure())
@@ -244,7 +234,7 @@ impl PgSessionStore {
         mut progress: impl FnMut(&EraseProgress),
     ) -> Result<ErasureReport, StoreError> {
         let batch_size = options.checked_batch()?;
-        let tenant = self.erase_tenant(app);
+        let tenant = self.tenant_for(app);
         let (app_name, user_id) = (app.as_str(), user.as_str());
         if options.dry_run {
             let preview = with_retries!(self, |conn| sql::EraseUserPreview { tenant, app_name, user_id }
