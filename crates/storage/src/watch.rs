@@ -759,34 +759,29 @@ impl PgSessionStore {
     /// on the event log under `lock_timeout` 5 s). Only the tables' owner
     /// may. Returns whether anything changed.
     pub async fn set_change_feed(&self, enabled: bool) -> Result<bool, StoreError> {
-        let mut conn = self.pool.get().await.map_err(crate::error::from_pool)?;
-        let rows = diesel::sql_query("SELECT adk_set_change_feed($1) AS changed")
-            .bind::<diesel::sql_types::Bool, _>(enabled)
-            .load::<FeedSwitchRow>(&mut conn)
-            .await
-            .map_err(|e| from_diesel(e, "change feed"))?;
-        rows.into_iter()
-            .next()
-            .map(|row| row.changed)
-            .ok_or_else(|| StoreError::Database { message: "adk_set_change_feed returned no row".into() })
+        let query =
+            diesel::sql_query("SELECT adk_set_change_feed($1) AS answer").bind::<diesel::sql_types::Bool, _>(enabled);
+        self.feed_switch(query, "adk_set_change_feed").await
     }
 
     /// Whether the change feed is on (all of its triggers are in place).
     pub async fn change_feed_enabled(&self) -> Result<bool, StoreError> {
-        let mut conn = self.pool.get().await.map_err(crate::error::from_pool)?;
-        let rows = diesel::sql_query("SELECT adk_change_feed_enabled() AS changed")
-            .load::<FeedSwitchRow>(&mut conn)
+        self.feed_switch(diesel::sql_query("SELECT adk_change_feed_enabled() AS answer"), "adk_change_feed_enabled")
             .await
-            .map_err(|e| from_diesel(e, "change feed"))?;
-        rows.into_iter()
-            .next()
-            .map(|row| row.changed)
-            .ok_or_else(|| StoreError::Database { message: "adk_change_feed_enabled returned no row".into() })
+    }
+
+    async fn feed_switch<Q>(&self, query: Q, function: &str) -> Result<bool, StoreError>
+    where
+        Q: diesel_async::methods::LoadQuery<'static, AsyncPgConnection, FeedSwitchRow> + Send + 'static,
+    {
+        let mut conn = self.pool.get().await.map_err(crate::error::from_pool)?;
+        let rows = query.load::<FeedSwitchRow>(&mut conn).await.map_err(|e| from_diesel(e, "change feed"))?;
+        crate::store::only_row(rows, function).map(|row| row.answer)
     }
 }
 
 #[derive(diesel::QueryableByName)]
 struct FeedSwitchRow {
     #[diesel(sql_type = diesel::sql_types::Bool)]
-    changed: bool,
+    answer: bool,
 }
