@@ -113,7 +113,7 @@ async fn unpinned_functions(sql: &Client) -> Vec<String> {
 
 /// Functions row-level security calls as the querying role: PUBLIC must be
 /// able to run them.
-const PUBLIC_FUNCTIONS: [&str; 1] = ["adk_acting_app"];
+const PUBLIC_FUNCTIONS: [&str; 3] = ["adk_acting_app", "adk_is_store_owner", "adk_visible_app"];
 
 /// `adk_` functions PUBLIC may execute, but [`PUBLIC_FUNCTIONS`]. A function
 /// without an ACL has the default one, which grants PUBLIC.

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use crate::citus;
+use crate::flags::Citus;
 use crate::project::{cargo, exit_code};
 use crate::test;
 
@@ -26,10 +28,17 @@ pub fn run() -> anyhow::Result<ExitCode> {
             return Ok(exit_code(status));
         }
     }
-    header(total, total, "tests", "xtask test");
+    header(total, total, "tests", "xtask test, then xtask citus test");
     let code = test::run(&[])?;
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: tests failed");
+        return Ok(code);
+    }
+    // The same store on a coordinator and two workers; Citus is built from
+    // vendor/citus/ on a machine without it.
+    let code = citus::run(Citus::Test { args: Vec::new() })?;
+    if code != ExitCode::SUCCESS {
+        eprintln!("\nci: the Citus tests failed");
     }
     Ok(code)
 }

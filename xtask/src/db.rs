@@ -59,7 +59,8 @@ fn up() -> anyhow::Result<ExitCode> {
     } else {
         let port = if port_is_free(PREFERRED_PORT) { PREFERRED_PORT } else { free_port()? };
         eprintln!("creating a cluster in {} (port {port})", dir.display());
-        let config = ClusterConfig { bin_dir: find_server_binaries()?, dir: dir.clone(), port, durable: true };
+        let config =
+            ClusterConfig { bin_dir: find_server_binaries()?, dir: dir.clone(), port, durable: true, citus: false };
         Cluster::init(&config)
             .with_context(|| format!("initdb in {} failed; delete the folder before trying again", dir.display()))?
     };

@@ -18,7 +18,13 @@ cargo xtask <command>
   bench [ARGS]   benchmarks against the raw-SQL floor (pgbench) and adk-session's
                  PostgresSessionService on a throwaway durable cluster (or $DATABASE_URL);
                  `--quick` for a smoke run; table on stdout, JSON in target/bench/
-  ci             what CI runs: fmt, clippy, the testcontainers build, then test
+  citus up       build Citus from vendor/citus/ if the server lacks it, start a coordinator
+                 and two workers in target/adk-pg-citus/ and migrate an `adk` database in
+                 Citus mode; prints its URL
+  citus down     stop and delete them
+  citus test [ARGS]  the conformance, adk contract and Citus suites on a throwaway
+                 coordinator and two workers; ARGS go to `cargo nextest run`
+  ci             what CI runs: fmt, clippy, the testcontainers build, test, then citus test
 ";
 
 #[derive(Debug)]
@@ -29,8 +35,16 @@ pub enum Command {
     Schema,
     Test { args: Vec<String> },
     Bench { args: Vec<String> },
+    Citus(Citus),
     Ci,
     Help,
+}
+
+#[derive(Debug)]
+pub enum Citus {
+    Up,
+    Down,
+    Test { args: Vec<String> },
 }
 
 #[derive(Debug)]
@@ -59,6 +73,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
         Some("schema") => no_more(Command::Schema),
         Some("test") => Ok(Command::Test { args: strip_separator(rest.clone()) }),
         Some("bench") => Ok(Command::Bench { args: strip_separator(rest.clone()) }),
+        Some("citus") => {
+            let (action, rest) = rest.split_first().map_or((None, &[][..]), |(a, r)| (Some(a.as_str()), r));
+            match (action, rest.first()) {
+                (Some("up"), None) => Ok(Command::Citus(Citus::Up)),
+                (Some("down"), None) => Ok(Command::Citus(Citus::Down)),
+                (Some("test"), _) => Ok(Command::Citus(Citus::Test { args: strip_separator(rest.to_vec()) })),
+                (Some("up" | "down"), Some(extra)) => bail!("unexpected argument `{extra}`\n\n{USAGE}"),
+                _ => bail!("`citus` needs one of up, down, test\n\n{USAGE}"),
+            }
+        }
         Some("db") => {
             let (action, rest) = rest.split_first().map_or((None, &[][..]), |(a, r)| (Some(a.as_str()), r));
             let only = |db: Db| match rest.first() {
@@ -115,5 +139,11 @@ mod tests {
         assert!(matches!(parse_str("bench --quick").unwrap(), Command::Bench { args } if args == ["--quick"]));
         assert!(matches!(parse_str("bench").unwrap(), Command::Bench { args } if args.is_empty()));
         assert!(parse_str("benchmark").is_err());
+        assert!(matches!(parse_str("citus up").unwrap(), Command::Citus(Citus::Up)));
+        assert!(
+            matches!(parse_str("citus test -- -E x").unwrap(), Command::Citus(Citus::Test { args }) if args == ["-E", "x"])
+        );
+        assert!(parse_str("citus").is_err());
+        assert!(parse_str("citus down now").is_err());
     }
 }

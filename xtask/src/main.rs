@@ -2,6 +2,7 @@
 
 mod bench;
 mod ci;
+mod citus;
 mod db;
 mod demo;
 mod flags;
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
         Command::Schema => schema::run(),
         Command::Test { args } => test::run(&args),
         Command::Bench { args } => bench::run(&args),
+        Command::Citus(action) => citus::run(action),
         Command::Ci => ci::run(),
         Command::Help => {
             print!("{}", flags::USAGE);

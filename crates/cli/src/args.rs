@@ -17,8 +17,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply pending schema migrations.
-    Migrate,
+    /// Apply pending schema migrations. On a database with the citus
+    /// extension, then distribute the store by user_id (see README
+    /// "Scaling out")
+    Migrate {
+        /// Create the citus extension first when the database lacks it
+        /// (the server must preload citus and the workers must be added)
+        #[arg(long)]
+        citus: bool,
+    },
     /// Premake partitions ahead of today and retire days past lifetime +
     /// retention, as the store's policy (adk-pg policy) sets them.
     Maintain(MaintainArgs),

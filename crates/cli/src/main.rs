@@ -80,14 +80,30 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         anyhow::bail!("no database given: pass --database-url or set DATABASE_URL");
     }
     match cli.command {
-        Command::Migrate => {
-            let applied = adk_postgres_schema::run_pending_migrations(&url).await.context("migrate")?;
+        Command::Migrate { citus } => {
+            let applied = if citus {
+                adk_postgres_schema::run_pending_migrations_on_citus(&url).await
+            } else {
+                adk_postgres_schema::run_pending_migrations(&url).await
+            }
+            .context("migrate")?;
             if applied.is_empty() {
                 println!("the database is up to date");
             } else {
                 for version in applied {
                     println!("applied {version}");
                 }
+            }
+            if let Some(layout) = adk_postgres_schema::citus_layout(&url).await.context("reading the Citus layout")? {
+                println!(
+                    "citus: {} distributed by user_id ({}), {} reference tables ({}), {} functions delegated, {} workers",
+                    layout.distributed_tables.len(),
+                    layout.distributed_tables.join(", "),
+                    layout.reference_tables.len(),
+                    layout.reference_tables.join(", "),
+                    layout.delegated_functions.len(),
+                    layout.workers
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

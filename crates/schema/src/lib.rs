@@ -8,6 +8,7 @@
 //! can use it without pulling in the runtime store.
 
 pub mod catalog;
+pub mod citus;
 pub mod migrations;
 pub mod names;
 pub mod quote;
@@ -15,6 +16,6 @@ pub mod tables;
 pub mod tables_print;
 
 pub use migrations::{
-    MIGRATIONS, MigrationError, apply_pending_migrations, pending_migrations, revert_all_migrations,
-    run_pending_migrations,
+    MIGRATIONS, MigrationError, apply_pending_migrations, citus_layout, pending_migrations, revert_all_migrations,
+    run_pending_migrations, run_pending_migrations_on_citus,
 };

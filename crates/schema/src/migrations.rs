@@ -9,6 +9,8 @@ use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+use crate::citus::{self, CitusLayout};
+
 /// Every migration in `migrations/` at the workspace root, compiled in.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
@@ -20,6 +22,8 @@ pub enum MigrationError {
     Connect(#[source] diesel::ConnectionError),
     #[error("migration failed: {0}")]
     Apply(String),
+    #[error("distributing the store on Citus failed: {0}")]
+    Citus(String),
     #[error("the migration task panicked or was cancelled: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -35,8 +39,31 @@ fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
 /// store policy asks for (today through today + `premake_days`, UTC) that
 /// are missing, so a new database takes appends at once, before any
 /// maintenance has run. Returns the versions applied, oldest first.
+///
+/// On a database with the `citus` extension the store is then distributed
+/// (see [`crate::citus`]), every time, so a later migration's new function
+/// is delegated too.
 pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
-    migrate(database_url, true).await
+    migrate(database_url, Mode { premake: true, create_citus: false }).await
+}
+
+/// [`run_pending_migrations`] on Citus, chosen rather than detected: the
+/// `citus` extension is created first when the database lacks it. The
+/// workers must already be added (`citus_add_node`) for the shards to be
+/// spread over them.
+pub async fn run_pending_migrations_on_citus(database_url: &str) -> Result<Vec<String>, MigrationError> {
+    migrate(database_url, Mode { premake: true, create_citus: true }).await
+}
+
+/// How the store is laid out on Citus, `None` on a database without the
+/// `citus` extension.
+pub async fn citus_layout(database_url: &str) -> Result<Option<CitusLayout>, MigrationError> {
+    let url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = connect(&url)?;
+        if citus::citus_installed(&mut conn)? { citus::layout(&mut conn).map(Some) } else { Ok(None) }
+    })
+    .await?
 }
 
 /// Applies every pending migration and nothing else, for a caller that
@@ -44,21 +71,33 @@ pub async fn run_pending_migrations(database_url: &str) -> Result<Vec<String>, M
 /// `adk_events` and `adk_sessions` exclusively, which a live conversion must
 /// not do behind its writers' backs.
 pub async fn apply_pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
-    migrate(database_url, false).await
+    migrate(database_url, Mode { premake: false, create_citus: false }).await
 }
 
-async fn migrate(database_url: &str, premake: bool) -> Result<Vec<String>, MigrationError> {
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    premake: bool,
+    create_citus: bool,
+}
+
+async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, MigrationError> {
     let url = database_url.to_owned();
     tokio::task::spawn_blocking(move || {
         use diesel::connection::SimpleConnection;
         let mut conn = connect(&url)?;
+        if mode.create_citus {
+            citus::create_extension(&mut conn)?;
+        }
         let applied: Vec<String> = conn
             .run_pending_migrations(MIGRATIONS)
             .map_err(|e| MigrationError::Apply(e.to_string()))?
             .iter()
             .map(MigrationVersion::to_string)
             .collect();
-        if premake {
+        if citus::citus_installed(&mut conn)? {
+            citus::distribute(&mut conn)?;
+        }
+        if mode.premake {
             conn.batch_execute("SELECT adk_premake_event_partitions()")
                 .map_err(|e| MigrationError::Apply(format!("making today's event partitions: {e}")))?;
         }

@@ -56,12 +56,21 @@ impl PgFailure {
     }
 }
 
+/// The name in PostgreSQL's `… violates … constraint "name"` message.
+fn constraint_in_message(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once(" constraint \"")?;
+    rest.split_once('"').map(|(name, _)| name)
+}
+
 /// Classifies `error`.
 pub fn classify(error: &DieselError) -> PgFailure {
     match error {
         DieselError::DatabaseError(kind, info) => {
             let message = info.message();
-            let constraint = || info.constraint_name().unwrap_or_default().to_owned();
+            // Citus relays a worker's error with its message but without the
+            // constraint field, so the name is read from the message then.
+            let constraint =
+                || info.constraint_name().or_else(|| constraint_in_message(message)).unwrap_or_default().to_owned();
             match kind {
                 DatabaseErrorKind::CheckViolation if message.starts_with("no partition of relation") => {
                     PgFailure::PartitionMissing { day: info.details().and_then(partition_day) }
@@ -100,6 +109,14 @@ fn partition_day(detail: &str) -> Option<NaiveDate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_constraint_from_a_relayed_message() {
+        let message =
+            r#"new row for relation "adk_sessions_102012" violates check constraint "adk_sessions_state_size""#;
+        assert_eq!(constraint_in_message(message), Some("adk_sessions_state_size"));
+        assert_eq!(constraint_in_message("null value in column \"x\""), None);
+    }
 
     #[test]
     fn reads_the_day_from_the_partition_error_detail() {

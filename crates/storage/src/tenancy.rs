@@ -368,11 +368,15 @@ pub async fn setup_service_role(
                 .load::<BindingRow>(conn)
                 .await?;
                 let bound = diesel::sql_query(
-                    "INSERT INTO adk_role_apps (role_oid, app_name) SELECT $1, w.app FROM unnest($2::text[]) w(app)
+                    // The name too: on Citus a role has another oid on each
+                    // node, and the workers know it by name.
+                    "INSERT INTO adk_role_apps (role_oid, app_name, role_name)
+                     SELECT $1, w.app, $3::name FROM unnest($2::text[]) w(app)
                      ON CONFLICT DO NOTHING RETURNING app_name",
                 )
                 .bind::<Oid, _>(role_oid)
                 .bind::<Array<Nullable<Text>>, _>(&wanted)
+                .bind::<Text, _>(role)
                 .load::<BindingRow>(conn)
                 .await?;
                 Ok((

@@ -42,6 +42,9 @@ pub struct ClusterConfig {
     /// Keep fsync, full-page writes and synchronous commit on. Throwaway test
     /// clusters turn them off: nothing in them must survive a crash.
     pub durable: bool,
+    /// Load the Citus extension (`shared_preload_libraries`), for a node of
+    /// a [`crate::CitusCluster`].
+    pub citus: bool,
 }
 
 /// A PostgreSQL cluster in a folder of its own.
@@ -57,6 +60,7 @@ pub struct Cluster {
     data_dir: PathBuf,
     port: u16,
     durable: bool,
+    citus: bool,
     /// initdb refuses to run as root, so as root every server command runs
     /// as the `postgres` OS user.
     as_postgres: bool,
@@ -80,11 +84,16 @@ pub fn start_throwaway_cluster() -> Result<Cluster, HarnessError> {
 }
 
 pub(crate) fn throwaway_cluster(bin_dir: &Path) -> Result<Cluster, HarnessError> {
+    throwaway_node(bin_dir, false)
+}
+
+/// A throwaway cluster, loading Citus when `citus` is set.
+pub(crate) fn throwaway_node(bin_dir: &Path, citus: bool) -> Result<Cluster, HarnessError> {
     // The system temp dir rather than target/: its paths are short enough for
     // a Unix socket, and the `postgres` user can reach it even when the
     // checkout sits in root's home.
     let dir = std::env::temp_dir().join(format!("adk-pg-test-{}-{}", std::process::id(), crate::short_random()));
-    let config = ClusterConfig { bin_dir: bin_dir.to_path_buf(), dir, port: free_port()?, durable: false };
+    let config = ClusterConfig { bin_dir: bin_dir.to_path_buf(), dir, port: free_port()?, durable: false, citus };
     let mut cluster = Cluster::create(&config, true)?;
     for attempt in 1..=START_ATTEMPTS {
         match cluster.start() {
@@ -125,6 +134,7 @@ impl Cluster {
             data_dir: dir.join("data"),
             port,
             durable: field("durable")? == "true",
+            citus: meta.lines().any(|line| line == "citus=true"),
             as_postgres: running_as_root(),
             throwaway: false,
         })
@@ -151,6 +161,7 @@ impl Cluster {
             data_dir: dir.join("data"),
             port: config.port,
             durable: config.durable,
+            citus: config.citus,
             as_postgres,
             throwaway,
         };
@@ -301,6 +312,14 @@ impl Cluster {
         let socket_dir = socket_dir.to_str().filter(|dir| dir.len() <= MAX_SOCKET_DIR_LEN).unwrap_or("");
 
         let port = self.port.to_string();
+        // Citus must come first; it runs a maintenance daemon per database,
+        // and the tests make many databases at once.
+        let preload = match (self.citus, stat_statements) {
+            (true, true) => "citus,pg_stat_statements",
+            (true, false) => "citus",
+            (false, true) => "pg_stat_statements",
+            (false, false) => "",
+        };
         let mut settings = vec![
             ("listen_addresses", "127.0.0.1"),
             ("port", &port),
@@ -309,8 +328,11 @@ impl Cluster {
             ("timezone", SERVER_TIMEZONE),
             ("log_timezone", SERVER_TIMEZONE),
         ];
-        if stat_statements {
-            settings.push(("shared_preload_libraries", "pg_stat_statements"));
+        if !preload.is_empty() {
+            settings.push(("shared_preload_libraries", preload));
+        }
+        if self.citus {
+            settings.push(("max_worker_processes", "128"));
         }
         if !self.durable {
             settings.extend([("fsync", "off"), ("synchronous_commit", "off"), ("full_page_writes", "off")]);
@@ -323,7 +345,13 @@ impl Cluster {
             },
         );
         write_file(&self.data_dir.join(SETTINGS_FILE), &settings)?;
-        let meta = format!("port={}\nbin_dir={}\ndurable={}\n", self.port, self.bin_dir.display(), self.durable);
+        let meta = format!(
+            "port={}\nbin_dir={}\ndurable={}\ncitus={}\n",
+            self.port,
+            self.bin_dir.display(),
+            self.durable,
+            self.citus
+        );
         write_file(&self.dir.join(META_FILE), &meta)
     }
 

@@ -10,6 +10,7 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
+use crate::citus::{create_citus_database, workers_from_environment};
 use crate::cluster::{Cluster, throwaway_cluster};
 use crate::error::HarnessError;
 use crate::source::{Search, Source, choose_source};
@@ -35,6 +36,8 @@ pub struct TestDatabase {
     url: String,
     server_url: String,
     cluster: Option<&'static Cluster>,
+    /// The maintenance URLs of the Citus workers holding copies of it.
+    worker_server_urls: Vec<String>,
 }
 
 impl TestDatabase {
@@ -63,6 +66,12 @@ impl TestDatabase {
         self.cluster
     }
 
+    /// On Citus, the URLs of this database on each worker; empty on a
+    /// single server.
+    pub fn worker_urls(&self) -> Vec<String> {
+        self.worker_server_urls.iter().filter_map(|server| with_database(server, &self.name).ok()).collect()
+    }
+
     /// A tokio-postgres client of this database; its connection task runs on
     /// the current runtime. Panics when it cannot connect.
     pub async fn connect(&self) -> Client {
@@ -75,11 +84,13 @@ impl Drop for TestDatabase {
         // Drop may run inside a runtime (the end of a #[tokio::test]) or
         // outside any, and a runtime cannot be started on a thread that is
         // already in one: the drop gets a thread and a runtime of its own.
-        let server_url = self.server_url.clone();
+        // The coordinator's copy first: it holds connections to the others.
+        let servers: Vec<String> =
+            std::iter::once(self.server_url.clone()).chain(self.worker_server_urls.iter().cloned()).collect();
         let name = self.name.clone();
         let (done, finished) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new().name("adk-test-db-drop".into()).spawn(move || {
-            let _ = done.send(drop_database(&server_url, &name));
+            let _ = done.send(servers.iter().try_for_each(|server_url| drop_database(server_url, &name)));
         });
         let outcome = match spawned {
             Ok(_) => finished.recv_timeout(DROP_TIMEOUT),
@@ -141,7 +152,7 @@ pub async fn empty_database() -> TestDatabase {
 /// [`test_database`] on a cluster of the caller's, such as a private
 /// [`crate::start_throwaway_cluster`] for a test that restarts PostgreSQL.
 pub async fn test_database_on(cluster: &'static Cluster) -> TestDatabase {
-    let server = Server { url: cluster.server_url(), cluster: Some(cluster) };
+    let server = Server { url: cluster.server_url(), cluster: Some(cluster), workers: Vec::new() };
     migrated_database(&server).await
 }
 
@@ -154,9 +165,19 @@ async fn migrated_database(server: &Server) -> TestDatabase {
 
 #[derive(Debug)]
 struct Server {
-    /// The maintenance database's URL.
+    /// The maintenance database's URL (on Citus, the coordinator's).
     url: String,
     cluster: Option<&'static Cluster>,
+    /// On Citus, the workers' maintenance URLs ([`CITUS_WORKERS_VAR`]).
+    workers: Vec<String>,
+}
+
+impl Server {
+    /// Every node's maintenance URL, workers first: a database must exist
+    /// on the workers before the coordinator's copy can reach them.
+    fn nodes_workers_first(&self) -> impl Iterator<Item = &String> {
+        self.workers.iter().chain(std::iter::once(&self.url))
+    }
 }
 
 static DEFAULT_SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
@@ -181,16 +202,16 @@ fn find_default_server() -> Result<Server, HarnessError> {
     match choose_source(&Search::from_environment()).map_err(HarnessError::NoPostgres)? {
         Source::Url(url) => {
             with_database(&url, "postgres")?;
-            Ok(Server { url, cluster: None })
+            Ok(Server { url, cluster: None, workers: workers_from_environment() })
         }
         Source::Binaries(bin_dir) => {
             // Runs once: DEFAULT_SERVER is initialised at most once.
             let cluster = throwaway_cluster(&bin_dir)?;
             let cluster = THROWAWAY_CLUSTER.get_or_init(|| cluster);
-            Ok(Server { url: cluster.server_url(), cluster: Some(cluster) })
+            Ok(Server { url: cluster.server_url(), cluster: Some(cluster), workers: Vec::new() })
         }
         #[cfg(feature = "testcontainers")]
-        Source::Container => Ok(Server { url: crate::container::start()?, cluster: None }),
+        Source::Container => Ok(Server { url: crate::container::start()?, cluster: None, workers: Vec::new() }),
         #[cfg(not(feature = "testcontainers"))]
         Source::Container => unreachable!("containers are chosen only with the testcontainers feature"),
     }
@@ -223,6 +244,9 @@ async fn build_template(server: &Server) -> Result<String, HarnessError> {
     }
 
     let name = format!("adk_template_{:016x}", migrations_fingerprint());
+    if !server.workers.is_empty() {
+        return build_citus_template(server, &name).await;
+    }
     let pg = Pg::connect(&server.url).await?;
     if is_template(&pg.client, &name).await? == Some(true) {
         pg.close().await;
@@ -258,6 +282,66 @@ async fn build_template(server: &Server) -> Result<String, HarnessError> {
     Ok(name)
 }
 
+/// The template on every node of a Citus cluster, built under the same lock.
+/// It is complete only when every node has it marked; anything less is
+/// rebuilt everywhere.
+async fn build_citus_template(server: &Server, name: &str) -> Result<String, HarnessError> {
+    let coordinator = Pg::connect(&server.url).await?;
+    coordinator.client.execute("SELECT pg_advisory_lock($1)", &[&TEMPLATE_LOCK]).await?;
+    let mut complete = true;
+    for node in server.nodes_workers_first() {
+        let pg = Pg::connect(node).await?;
+        complete &= is_template(&pg.client, name).await? == Some(true);
+        pg.close().await;
+    }
+    if !complete {
+        let building = format!("{name}_building");
+        for node in server.nodes_workers_first() {
+            let pg = Pg::connect(node).await?;
+            for database in [name, building.as_str()] {
+                pg.client
+                    .batch_execute(&format!("ALTER DATABASE {} WITH IS_TEMPLATE false", quote(database)))
+                    .await
+                    .ok();
+                pg.client.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote(database))).await?;
+            }
+            pg.close().await;
+        }
+        let building_url = create_citus_database(&server.url, &server.workers, &building).await?;
+        let pg = Pg::connect(&building_url).await?;
+        // Few shards: the tests make hundreds of databases, and each shard
+        // is a table to copy. Read by the distribution step's connections.
+        pg.client.batch_execute(&format!("ALTER DATABASE {} SET citus.shard_count = 4", quote(&building))).await?;
+        pg.close().await;
+        adk_postgres_schema::run_pending_migrations(&building_url).await?;
+        ensure_partitions(&building_url).await?;
+        for node in server.nodes_workers_first() {
+            let pg = Pg::connect(node).await?;
+            // Citus' maintenance daemon and the coordinator's cached
+            // connections to the workers would keep the database busy.
+            pg.client
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&building],
+                )
+                .await?;
+            pg.client
+                .batch_execute(&format!(
+                    "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false; ALTER DATABASE {} RENAME TO {}",
+                    quote(&building),
+                    quote(&building),
+                    quote(name)
+                ))
+                .await?;
+            mark_template(&pg.client, name).await?;
+            pg.close().await;
+        }
+    }
+    coordinator.client.execute("SELECT pg_advisory_unlock($1)", &[&TEMPLATE_LOCK]).await?;
+    coordinator.close().await;
+    Ok(name.to_owned())
+}
+
 async fn is_template(client: &Client, name: &str) -> Result<Option<bool>, HarnessError> {
     let row = client.query_opt("SELECT datistemplate FROM pg_database WHERE datname = $1", &[&name]).await?;
     Ok(row.map(|row| row.get(0)))
@@ -274,14 +358,24 @@ async fn create_database(server: &Server, template: Option<&str>) -> Result<Test
         Some(template) => format!("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY", quote(&name), quote(template)),
         None => format!("CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C'", quote(&name)),
     };
-    let pg = Pg::connect(&server.url).await?;
-    pg.client.batch_execute(&sql).await?;
-    pg.close().await;
+    for node in server.nodes_workers_first() {
+        let pg = Pg::connect(node).await?;
+        if let Some(template) = template.filter(|_| !server.workers.is_empty()) {
+            // A node's Citus daemon may linger on the template after a
+            // restart; new ones cannot connect (ALLOW_CONNECTIONS false).
+            pg.client
+                .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[&template])
+                .await?;
+        }
+        pg.client.batch_execute(&sql).await?;
+        pg.close().await;
+    }
     let database = TestDatabase {
         url: with_database(&server.url, &name)?,
         server_url: server.url.clone(),
         name,
         cluster: server.cluster,
+        worker_server_urls: server.workers.clone(),
     };
     if template.is_some() {
         // A no-op unless the template was made on an earlier day.

@@ -31,6 +31,7 @@
 //! ships may depend on it, and it knows nothing of table layout beyond the
 //! partition function the migrations provide.
 
+mod citus;
 mod client;
 mod cluster;
 #[cfg(feature = "testcontainers")]
@@ -41,6 +42,9 @@ mod error;
 mod source;
 mod urls;
 
+pub use citus::{
+    CITUS_WORKERS_VAR, CitusCluster, citus_installed, create_citus_database, start_throwaway_citus_cluster,
+};
 pub use client::{Notices, connect, connect_with_notices, drain_notices};
 pub use cluster::{
     Cluster, ClusterConfig, SERVER_TIMEZONE, find_server_binaries, free_port, port_is_free, start_throwaway_cluster,

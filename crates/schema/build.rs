@@ -1,0 +1,4 @@
+// New migration folders must rebuild the crate that embeds them.
+fn main() {
+    println!("cargo:rerun-if-changed=../../migrations");
+}

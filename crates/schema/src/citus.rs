@@ -1,0 +1,252 @@
+//! The store on Citus: which tables are distributed, which are copied to
+//! every node, and which functions run where the user's rows are.
+//!
+//! The migrations are the same for one server and for Citus; this module is
+//! the step after them, run by [`crate::run_pending_migrations`] whenever the
+//! database has the `citus` extension. Every step is idempotent, so it runs
+//! again after each later migration and finishes a distribution that was
+//! interrupted.
+//!
+//! - Sessions, events (still partitioned by day) and user states are
+//!   distributed by `user_id` and colocated: a user's rows live on one
+//!   worker, and every key the store looks up by includes the user.
+//! - The policy, the role bindings and app states are reference tables,
+//!   copied to every node, because the functions that run on a worker read
+//!   them (and an append writes app state).
+//! - Every function that takes a user (`p_user_id`) is a distributed function
+//!   colocated with the sessions, so a call is sent whole to the worker that
+//!   holds the user: one round trip from the coordinator.
+//! - Everything else stays on the coordinator: the run records and logs of
+//!   maintenance, the usage rollups and the audit logs are written and read
+//!   only there, and a reference table would cost them a two-phase commit
+//!   across every node for nothing.
+
+use diesel::QueryableByName;
+use diesel::connection::SimpleConnection as _;
+use diesel::sql_types::{BigInt, Bool, Text};
+use diesel_async::AsyncPgConnection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+
+use crate::migrations::MigrationError;
+
+type Wrapper = AsyncConnectionWrapper<AsyncPgConnection>;
+
+/// Tables copied to every node, in dependency order: a table's policies and
+/// defaults may only use functions whose tables are already known to Citus.
+/// Each entry lists the functions to propagate right after it.
+const REFERENCE_TABLES: &[(&str, &[&str])] = &[
+    // adk_is_store_owner() reads the owner of adk_store_policy; every
+    // row-level security policy calls it, and Citus does not follow a
+    // policy's function calls, so it is propagated by name.
+    ("adk_store_policy", &["adk_is_store_owner()"]),
+    (
+        "adk_role_apps",
+        &[
+            "adk_acting_role()",
+            "adk_acting_role_name()",
+            "adk_role_oids_are_local()",
+            "adk_binding_is_acting_role(oid, name)",
+            "adk_acting_app()",
+            "adk_visible_app()",
+        ],
+    ),
+    ("adk_app_states", &[]),
+];
+
+/// The table whose shards the other distributed tables are colocated with.
+const SHARDS_OWNER: &str = "adk_sessions";
+/// Tables distributed by user_id in the shards of [`SHARDS_OWNER`].
+const COLOCATED_TABLES: &[&str] = &["adk_events", "adk_user_states"];
+
+/// The column every distributed table is distributed by.
+pub const DISTRIBUTION_COLUMN: &str = "user_id";
+
+/// Functions that take a user but must run on the coordinator: erasure
+/// writes its audit row and the usage job's invocation tails, which live
+/// there only.
+/// adk_user_hash reads no table at all.
+const COORDINATOR_ONLY: &[&str] = &[
+    "adk_erase_user_begin",
+    "adk_erase_user_batch",
+    "adk_erase_user_check",
+    "adk_erase_user_preview",
+    "adk_user_hash",
+];
+
+/// What the store looks like on Citus after [`distribute`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CitusLayout {
+    /// Tables distributed by `user_id` (partitions of adk_events not counted).
+    pub distributed_tables: Vec<String>,
+    /// Tables copied to every node.
+    pub reference_tables: Vec<String>,
+    /// Functions delegated to the worker holding their `p_user_id`.
+    pub delegated_functions: Vec<String>,
+    /// Worker nodes with shards.
+    pub workers: i64,
+}
+
+/// Whether the database has the citus extension.
+pub(crate) fn citus_installed(conn: &mut Wrapper) -> Result<bool, MigrationError> {
+    #[derive(QueryableByName)]
+    struct Installed {
+        #[diesel(sql_type = Bool)]
+        installed: bool,
+    }
+    use diesel::RunQueryDsl as _;
+    let row: Installed =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS installed")
+            .get_result(conn)
+            .map_err(|e| citus_error("looking for the citus extension", e))?;
+    Ok(row.installed)
+}
+
+/// Creates the citus extension in the database when it is missing. The
+/// server must load it (`shared_preload_libraries = 'citus'`), and the
+/// workers must be added with `citus_add_node` before [`distribute`] for the
+/// shards to be spread.
+pub(crate) fn create_extension(conn: &mut Wrapper) -> Result<(), MigrationError> {
+    conn.batch_execute("CREATE EXTENSION IF NOT EXISTS citus")
+        .map_err(|e| citus_error("creating the citus extension (is citus in shared_preload_libraries?)", e))
+}
+
+/// Distributes the store's tables and functions; a no-op for what is done.
+pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> {
+    // Citus refuses tables with triggers unless told that each trigger
+    // touches only its own row: the store's triggers check a row's bounds
+    // and keep two logs that exist on the coordinator only (migration 18).
+    conn.batch_execute("SET citus.enable_unsafe_triggers = on")
+        .map_err(|e| citus_error("allowing the store's triggers on distributed tables", e))?;
+
+    for (table, functions) in REFERENCE_TABLES {
+        if !is_distributed(conn, table)? {
+            run_bound(conn, "SELECT create_reference_table($1::regclass)", table)?;
+            run_bound(conn, "SELECT truncate_local_data_after_distributing_table($1::regclass)", table)?;
+        }
+        for function in *functions {
+            run_bound(conn, "SELECT create_distributed_function($1::regprocedure)", function)?;
+        }
+    }
+
+    // The rows a live database had stay on the coordinator's disk, unseen,
+    // until truncated; a table can be truncated only once every table
+    // referencing it is distributed too, so that waits for the last one.
+    let mut copied = Vec::new();
+    if !is_distributed(conn, SHARDS_OWNER)? {
+        run_bound(conn, "SELECT create_distributed_table($1::regclass, 'user_id')", SHARDS_OWNER)?;
+        copied.push(SHARDS_OWNER);
+    }
+    for table in COLOCATED_TABLES {
+        if !is_distributed(conn, table)? {
+            let sql = "SELECT create_distributed_table($1::regclass, 'user_id', colocate_with => 'adk_sessions')";
+            run_bound(conn, sql, table)?;
+            copied.push(table);
+        }
+    }
+    for table in copied.iter().rev() {
+        run_bound(conn, "SELECT truncate_local_data_after_distributing_table($1::regclass)", table)?;
+    }
+
+    for function in functions_taking_a_user(conn)? {
+        run_bound(
+            conn,
+            "SELECT create_distributed_function($1::regprocedure, 'p_user_id', colocate_with => 'adk_sessions')",
+            &function,
+        )?;
+    }
+    conn.batch_execute("RESET citus.enable_unsafe_triggers")
+        .map_err(|e| citus_error("resetting citus.enable_unsafe_triggers", e))?;
+    layout(conn)
+}
+
+/// How the store is laid out on Citus now.
+pub(crate) fn layout(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> {
+    #[derive(QueryableByName)]
+    struct Named {
+        #[diesel(sql_type = Text)]
+        name: String,
+    }
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        count: i64,
+    }
+    use diesel::RunQueryDsl as _;
+    let names = |conn: &mut Wrapper, sql: &str| -> Result<Vec<String>, MigrationError> {
+        let rows: Vec<Named> =
+            diesel::sql_query(sql).load(conn).map_err(|e| citus_error("reading the Citus layout", e))?;
+        Ok(rows.into_iter().map(|row| row.name).collect())
+    };
+    let distributed_tables = names(
+        conn,
+        "SELECT p.logicalrelid::regclass::text AS name
+           FROM pg_dist_partition p JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid
+          WHERE p.partmethod = 'h' AND NOT c.relispartition
+          ORDER BY 1",
+    )?;
+    let reference_tables = names(
+        conn,
+        "SELECT p.logicalrelid::regclass::text AS name FROM pg_dist_partition p
+          WHERE p.partmethod = 'n' AND p.repmodel = 't' ORDER BY 1",
+    )?;
+    let delegated_functions = names(
+        conn,
+        "SELECT o.objid::regprocedure::text AS name FROM pg_dist_object o
+          WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.distribution_argument_index IS NOT NULL
+          ORDER BY 1",
+    )?;
+    let workers: Count = diesel::sql_query(
+        "SELECT count(*) AS count FROM pg_dist_node WHERE noderole = 'primary' AND shouldhaveshards AND isactive",
+    )
+    .get_result(conn)
+    .map_err(|e| citus_error("counting the Citus workers", e))?;
+    Ok(CitusLayout { distributed_tables, reference_tables, delegated_functions, workers: workers.count })
+}
+
+fn is_distributed(conn: &mut Wrapper, table: &str) -> Result<bool, MigrationError> {
+    #[derive(QueryableByName)]
+    struct Known {
+        #[diesel(sql_type = Bool)]
+        known: bool,
+    }
+    use diesel::RunQueryDsl as _;
+    let row: Known =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass) AS known")
+            .bind::<Text, _>(table)
+            .get_result(conn)
+            .map_err(|e| citus_error(&format!("asking Citus about {table}"), e))?;
+    Ok(row.known)
+}
+
+/// The store's functions with a `p_user_id` argument, by signature, but
+/// those that must stay on the coordinator.
+fn functions_taking_a_user(conn: &mut Wrapper) -> Result<Vec<String>, MigrationError> {
+    #[derive(QueryableByName)]
+    struct Signature {
+        #[diesel(sql_type = Text)]
+        signature: String,
+        #[diesel(sql_type = Text)]
+        name: String,
+    }
+    use diesel::RunQueryDsl as _;
+    let rows: Vec<Signature> = diesel::sql_query(
+        "SELECT p.oid::regprocedure::text AS signature, p.proname::text AS name FROM pg_catalog.pg_proc p
+          WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+            AND p.proname LIKE 'adk\\_%' AND 'p_user_id' = ANY (p.proargnames)
+          ORDER BY 1",
+    )
+    .load(conn)
+    .map_err(|e| citus_error("listing the store's functions", e))?;
+    Ok(rows.into_iter().filter(|row| !COORDINATOR_ONLY.contains(&row.name.as_str())).map(|row| row.signature).collect())
+}
+
+fn run_bound(conn: &mut Wrapper, sql: &str, value: &str) -> Result<(), MigrationError> {
+    use diesel::RunQueryDsl as _;
+    diesel::sql_query(sql).bind::<Text, _>(value).execute(conn).map(drop).map_err(|e| {
+        citus_error(&format!("{} for {value}", sql.trim_start_matches("SELECT ").split('(').next().unwrap_or(sql)), e)
+    })
+}
+
+fn citus_error(what: &str, error: impl std::fmt::Display) -> MigrationError {
+    MigrationError::Citus(format!("{what}: {error}"))
+}
