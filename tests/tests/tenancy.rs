@@ -94,7 +94,8 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     };
     assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "no tenant set: nothing visible");
 
-    sql.batch_execute("BEGIN; SELECT set_config('adk.app_name', 'alpha', true)").await.expect("enter alpha");
+    // SET LOCAL, the one form that reaches Citus workers (README, "Scaling out").
+    sql.batch_execute("BEGIN; SET LOCAL adk.app_name = 'alpha'").await.expect("enter alpha");
     assert_eq!(counts(&sql).await, vec![1, 1, 1, 1, 1]);
     let apps: Vec<String> = sql
         .query(&format!("SELECT DISTINCT app_name FROM {partition}"), &[])
@@ -117,6 +118,9 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     // Naming an app it is not bound to shows nothing.
     sql.batch_execute("SET adk.app_name = 'beta'").await.expect("forge beta");
     assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "a forged tenant sees nothing");
+    sql.batch_execute("BEGIN; SET LOCAL adk.app_name = 'beta'").await.expect("forge beta locally");
+    assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "a tenant forged with SET LOCAL sees nothing");
+    sql.batch_execute("ROLLBACK").await.expect("rollback");
 
     // The owner, without any role switch, is not restricted (by design).
     let all: i64 = owner.query_one("SELECT count(*) FROM adk_sessions", &[]).await.expect("count").get(0);

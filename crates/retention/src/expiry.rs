@@ -3,6 +3,11 @@
 //! holds are skipped and picked up by the next run. Each deleted session
 //! takes its events along (the foreign key carries `session_day`, so the
 //! cascade reads one partition).
+//!
+//! On Citus the batch is chosen by key rather than by ctid, and rows an
+//! append holds are waited for rather than skipped: Citus plans neither a
+//! ctid nor `FOR UPDATE` across shards. An append holds its session's row
+//! only for its own short transaction.
 
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
@@ -11,7 +16,7 @@ use diesel_async::RunQueryDsl;
 use serde::Serialize;
 
 use crate::error::RetentionError;
-use crate::sql::{LockPolicy, connect, first_row};
+use crate::sql::{LockPolicy, connect, first_row, on_citus};
 
 /// What an expiry run deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -52,6 +57,17 @@ WITH gone AS (
     RETURNING last_seq)
 SELECT count(*) AS sessions, sum(last_seq)::bigint AS events FROM gone";
 
+/// [`EXPIRE_SQL`] for Citus: the batch's keys become an intermediate result
+/// that every shard deletes from.
+const EXPIRE_BY_KEY_SQL: &str = "\
+WITH gone AS (
+    DELETE FROM adk_sessions WHERE (app_name, user_id, session_id) IN (
+        SELECT app_name, user_id, session_id FROM adk_sessions
+        WHERE expires_at < coalesce($1, now())
+        LIMIT $2)
+    RETURNING last_seq)
+SELECT count(*) AS sessions, sum(last_seq)::bigint AS events FROM gone";
+
 /// Deletes every session expired as of `as_of` (the server's clock when
 /// `None`), `batch_size` sessions per statement, until a batch finds none.
 pub async fn expire_sessions(
@@ -63,9 +79,10 @@ pub async fn expire_sessions(
         return Err(RetentionError::InvalidInput { field: "batch_size", reason: "must be at least 1".into() });
     }
     let mut conn = connect(database_url, "adk-pg expire", &LockPolicy::default()).await?;
+    let statement = if on_citus(&mut conn).await? { EXPIRE_BY_KEY_SQL } else { EXPIRE_SQL };
     let mut report = ExpiryReport::default();
     loop {
-        let batch = diesel::sql_query(EXPIRE_SQL)
+        let batch = diesel::sql_query(statement)
             .bind::<Nullable<Timestamptz>, _>(as_of)
             .bind::<BigInt, _>(batch_size)
             .load::<BatchRow>(&mut conn)

@@ -14,6 +14,14 @@
 //! the partition and delete its events one row at a time, the very cost
 //! partitioning exists to avoid.
 //!
+//! On Citus, which has no `DETACH … CONCURRENTLY`, a day is detached with a
+//! plain `DETACH`: it holds an ACCESS EXCLUSIVE lock on adk_events, on the
+//! coordinator and on every shard, for the whole statement, so appends
+//! queue behind it. The run reports how long each such detach took
+//! (`exclusive_detach_ms`), which is how long appends waited at most; the
+//! lock wait itself is bounded by the policy's lock_timeout as everywhere.
+//! Session rows go by key instead of by ctid, which Citus cannot plan.
+//!
 //! Last, the usage rollups' partitions (migration 12): premade ahead so the
 //! rollup job rarely needs DDL, and each tier dropped by whole partitions
 //! at the end of its retention. Both are SQL functions judging by the
@@ -36,7 +44,7 @@ use crate::error::RetentionError;
 use crate::lock::{Acquired, AdvisoryLock};
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
 use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row};
+use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, on_citus};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
 pub const MAINTENANCE_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::MAINTENANCE;
@@ -80,6 +88,9 @@ pub struct MaintenanceReport {
     /// earlier run, or by this run's own detach timing out in its second
     /// phase.
     pub finalized: Vec<String>,
+    /// On Citus only, where a detach locks adk_events exclusively: how long
+    /// each of this run's detaches held that lock, in milliseconds.
+    pub exclusive_detach_ms: Vec<u64>,
     /// Tables detached by an interrupted run for a day still kept, attached again.
     pub reattached: Vec<String>,
     /// Days past lifetime plus retention kept because a session of theirs is
@@ -131,6 +142,13 @@ impl std::fmt::Display for MaintenanceReport {
             if !names.is_empty() {
                 write!(f, "\n  {label}: {}", names.join(", "))?;
             }
+        }
+        if let Some(longest) = self.exclusive_detach_ms.iter().max() {
+            write!(
+                f,
+                "\n  detached with adk_events locked (Citus): {} time(s), {longest} ms at most",
+                self.exclusive_detach_ms.len()
+            )?;
         }
         if self.usage_partitions_created > 0 || !self.usage_partitions_dropped.is_empty() {
             write!(
@@ -277,6 +295,7 @@ async fn maintain_locked(
 
     let store = store_policy(conn).await?;
     let usage = usage_policy(conn).await?;
+    let citus = on_citus(conn).await?;
     let cutoff = retire_before(&store, today);
     report.policy = Some(PolicySummary::of(&store).with_usage(usage.as_ref()));
     report.retire_before = Some(cutoff);
@@ -372,7 +391,13 @@ async fn maintain_locked(
             }
             continue;
         }
-        if detach(conn, &parent, partition, &qualified(&partition.name), policy).await? {
+        if citus {
+            let started = std::time::Instant::now();
+            ddl(conn, &format!("ALTER TABLE {parent} DETACH PARTITION {}", qualified(&partition.name)), policy).await?;
+            let held = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            tracing::info!(partition = %partition.name, held_ms = held, "detached with adk_events locked (Citus)");
+            report.exclusive_detach_ms.push(held);
+        } else if detach(conn, &parent, partition, &qualified(&partition.name), policy).await? {
             report.finalized.push(partition.name.clone());
         }
         report.detached.push(partition.name.clone());
@@ -395,31 +420,18 @@ async fn maintain_locked(
         }
     }
     loop {
-        let deleted = diesel::sql_query(
-            "WITH gone AS (
-                 DELETE FROM adk_sessions WHERE ctid = ANY (ARRAY(
-                     SELECT s.ctid FROM adk_sessions s
-                     WHERE s.session_day < $1
-                       AND s.session_day <> ALL ($2)
-                       AND NOT EXISTS (
-                           SELECT 1 FROM unnest($3::date[], $4::date[]) AS held (held_from, held_to)
-                           WHERE (held.held_from IS NULL OR s.session_day >= held.held_from)
-                             AND (held.held_to IS NULL OR s.session_day < held.held_to))
-                     LIMIT $5
-                     FOR UPDATE SKIP LOCKED))
-                 RETURNING 1)
-             SELECT count(*) AS count FROM gone",
-        )
-        .bind::<Date, _>(cutoff)
-        .bind::<Array<Date>, _>(&live_list)
-        .bind::<Array<Nullable<Date>>, _>(&held_from)
-        .bind::<Array<Nullable<Date>>, _>(&held_to)
-        .bind::<BigInt, _>(config.session_delete_batch)
-        .load::<CountRow>(conn)
-        .await
-        .and_then(first_row)
-        .map_err(RetentionError::query("delete sessions of dropped days"))?
-        .count;
+        let statement = if citus { DELETE_RETIRED_SESSIONS_BY_KEY } else { DELETE_RETIRED_SESSIONS };
+        let deleted = diesel::sql_query(statement)
+            .bind::<Date, _>(cutoff)
+            .bind::<Array<Date>, _>(&live_list)
+            .bind::<Array<Nullable<Date>>, _>(&held_from)
+            .bind::<Array<Nullable<Date>>, _>(&held_to)
+            .bind::<BigInt, _>(config.session_delete_batch)
+            .load::<CountRow>(conn)
+            .await
+            .and_then(first_row)
+            .map_err(RetentionError::query("delete sessions of dropped days"))?
+            .count;
         report.sessions_deleted += u64::try_from(deleted).unwrap_or_default();
         if deleted == 0 {
             break;
@@ -452,6 +464,43 @@ async fn maintain_locked(
     }
     Ok(())
 }
+
+/// The rows of adk_sessions a batch of step 5 deletes, `$5` at most: of days
+/// before `$1`, not live (`$2`), held by no partition (`$3`..`$4`).
+macro_rules! retired_sessions {
+    ($key:literal) => {
+        concat!(
+            "SELECT ",
+            $key,
+            " FROM adk_sessions s
+              WHERE s.session_day < $1
+                AND s.session_day <> ALL ($2)
+                AND NOT EXISTS (
+                    SELECT 1 FROM unnest($3::date[], $4::date[]) AS held (held_from, held_to)
+                    WHERE (held.held_from IS NULL OR s.session_day >= held.held_from)
+                      AND (held.held_to IS NULL OR s.session_day < held.held_to))
+              LIMIT $5"
+        )
+    };
+}
+
+/// Rows that an append holds are skipped, not waited for.
+const DELETE_RETIRED_SESSIONS: &str = concat!(
+    "WITH gone AS (DELETE FROM adk_sessions WHERE ctid = ANY (ARRAY(",
+    retired_sessions!("s.ctid"),
+    " FOR UPDATE SKIP LOCKED)) RETURNING 1) SELECT count(*) AS count FROM gone"
+);
+
+/// On Citus, which plans neither a ctid across shards nor FOR UPDATE
+/// without the distribution key: the batch's keys are collected first, then
+/// deleted on every shard. A row an append holds is waited for; a session
+/// of a retired day is past its lifetime, which the append function
+/// refuses, so no append holds one for long.
+const DELETE_RETIRED_SESSIONS_BY_KEY: &str = concat!(
+    "WITH gone AS (DELETE FROM adk_sessions WHERE (app_name, user_id, session_id) IN (",
+    retired_sessions!("s.app_name, s.user_id, s.session_id"),
+    ") RETURNING 1) SELECT count(*) AS count FROM gone"
+);
 
 /// Runs one statement that takes DDL locks and returns rows, retrying
 /// after a lock wait timed out as [`ddl`] does. Each attempt is its own

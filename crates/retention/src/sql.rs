@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use adk_postgres_schema::quote::quote_literal;
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel::QueryableByName;
+use diesel::sql_types::Bool;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl as _, SimpleAsyncConnection};
 
 use crate::error::{RetentionError, is_lock_wait};
 
@@ -120,4 +122,24 @@ pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, Reten
         .await
         .map_err(RetentionError::query("find adk_events"))?
         .ok_or_else(|| RetentionError::NotMigrated("table adk_events does not exist".into()))
+}
+
+#[derive(QueryableByName)]
+struct DistributedRow {
+    #[diesel(sql_type = Bool)]
+    distributed: bool,
+}
+
+/// Whether the store runs on Citus: the database has the citus extension,
+/// which is what makes the migrations distribute it. A few operations
+/// must take another path there (see each caller).
+pub async fn on_citus(conn: &mut AsyncPgConnection) -> Result<bool, RetentionError> {
+    Ok(diesel::sql_query(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS distributed",
+    )
+    .load::<DistributedRow>(conn)
+    .await
+    .and_then(first_row)
+    .map_err(RetentionError::query("look for the citus extension"))?
+    .distributed)
 }

@@ -53,6 +53,21 @@ const REFERENCE_TABLES: &[(&str, &[&str])] = &[
     ("adk_app_states", &[]),
 ];
 
+/// Settings the store's functions carry on Citus only. Row-level security
+/// on a shard calls adk_acting_app(), whose read of the bindings (a
+/// reference table) Citus refuses inside a shard query as nested
+/// distributed execution. The refusal guards against reading other shards
+/// of distributed tables from a worker; a reference table has a full copy
+/// on every node, so the nested read is local and exact.
+const FUNCTION_SETTINGS: &[(&str, &str)] = &[("adk_acting_app()", "citus.allow_nested_distributed_execution")];
+
+/// Settings of the database on Citus. A tenant set with `SET LOCAL
+/// adk.app_name` in a transaction reaches the workers, where row-level
+/// security reads it, only when the coordinator propagates SET LOCAL
+/// (Citus propagates no session-level SET at all). A clone of the database
+/// does not inherit these (they are kept per database, not in it).
+pub const DATABASE_SETTINGS: &[(&str, &str)] = &[("citus.propagate_set_commands", "local")];
+
 /// The table whose shards the other distributed tables are colocated with.
 const SHARDS_OWNER: &str = "adk_sessions";
 /// Tables distributed by user_id in the shards of [`SHARDS_OWNER`].
@@ -153,6 +168,20 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
             "SELECT create_distributed_function($1::regprocedure, 'p_user_id', colocate_with => 'adk_sessions')",
             &function,
         )?;
+    }
+    for (function, setting) in FUNCTION_SETTINGS {
+        // ALTER FUNCTION takes no parameters; the names are constants.
+        conn.batch_execute(&format!("ALTER FUNCTION {function} SET {setting} = on"))
+            .map_err(|e| citus_error(&format!("setting {setting} on {function}"), e))?;
+    }
+    for (setting, value) in DATABASE_SETTINGS {
+        // The database's name is quoted by format(); the pairs are constants.
+        conn.batch_execute(&format!(
+            "DO $$ BEGIN
+                 EXECUTE pg_catalog.format('ALTER DATABASE %I SET {setting} = %L', pg_catalog.current_database(), '{value}');
+             END $$"
+        ))
+        .map_err(|e| citus_error(&format!("setting {setting} for the database"), e))?;
     }
     conn.batch_execute("RESET citus.enable_unsafe_triggers")
         .map_err(|e| citus_error("resetting citus.enable_unsafe_triggers", e))?;

@@ -370,6 +370,13 @@ async fn create_database(server: &Server, template: Option<&str>) -> Result<Test
         pg.client.batch_execute(&sql).await?;
         pg.close().await;
     }
+    if template.is_some() && !server.workers.is_empty() {
+        let pg = Pg::connect(&server.url).await?;
+        for (setting, value) in adk_postgres_schema::citus::DATABASE_SETTINGS {
+            pg.client.batch_execute(&format!("ALTER DATABASE {} SET {setting} = '{value}'", quote(&name))).await?;
+        }
+        pg.close().await;
+    }
     let database = TestDatabase {
         url: with_database(&server.url, &name)?,
         server_url: server.url.clone(),
@@ -447,6 +454,8 @@ fn migrations_fingerprint() -> u64 {
         // crate; its version is the next best identity.
         hash.write(concat!("adk-postgres-schema@", env!("CARGO_PKG_VERSION")).as_bytes());
     }
+    // The Citus step after the migrations shapes the template too.
+    files.push(root.join("../crates/schema/src/citus.rs"));
     for file in files {
         hash.write(file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().as_bytes());
         hash.write(&[0]);
