@@ -3,9 +3,12 @@
 //! coordinator and two workers; ignored by the single-server run, which
 //! has no workers to look at.
 
-use adk_postgres_domain::{AppName, GetOptions, ListSessions, SessionStore, UserId};
+use adk_postgres_domain::{AppName, GetOptions, ListSessions, SessionId, SessionStore, UserId};
+use adk_postgres_retention::{HealthThresholds, MaintenanceConfig, health, run_maintenance};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, new_session, store, with_delta};
+use futures_util::StreamExt as _;
+use tokio_postgres::{AsyncMessage, NoTls};
 
 const NEEDS_CITUS: &str = "needs a Citus cluster: cargo xtask citus test";
 
@@ -58,34 +61,7 @@ async fn a_users_operations_are_delegated_to_the_worker_holding_the_user() {
     let workers = db.worker_urls();
     assert_eq!(workers.len(), 2, "{NEEDS_CITUS}");
     let sql = client(db.url()).await;
-    // Two users whose shards are on different workers.
-    let node_of = |user: String| {
-        let sql = &sql;
-        async move {
-            let port: i32 = sql
-                .query_one(
-                    "SELECT s.nodeport FROM citus_shards s
-                      WHERE s.shardid = get_shard_id_for_distribution_column('adk_sessions', $1::text)
-                        AND s.table_name = 'adk_sessions'::regclass",
-                    &[&user],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            (user, port)
-        }
-    };
-    let mut users = Vec::new();
-    for n in 0..64 {
-        let (user, port) = node_of(format!("user-{n}")).await;
-        if !users.iter().any(|(_, seen)| *seen == port) {
-            users.push((user, port));
-        }
-        if users.len() == 2 {
-            break;
-        }
-    }
-    assert_eq!(users.len(), 2, "64 users all hashed to one worker");
+    let users = users_on_two_workers(&sql).await;
 
     // Created on the coordinator, which propagates it; a worker refuses DDL.
     sql.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.unwrap();
@@ -135,4 +111,187 @@ async fn calls_on(worker: &tokio_postgres::Client, function: &str) -> i64 {
         .await
         .unwrap()
         .get(0)
+}
+
+/// Two users whose shards are on different workers, each with the port of
+/// its worker.
+async fn users_on_two_workers(sql: &tokio_postgres::Client) -> Vec<(String, i32)> {
+    let mut users: Vec<(String, i32)> = Vec::new();
+    for n in 0..64 {
+        let user = format!("user-{n}");
+        let port: i32 = sql
+            .query_one(
+                "SELECT s.nodeport FROM citus_shards s
+                  WHERE s.shardid = get_shard_id_for_distribution_column('adk_sessions', $1::text)
+                    AND s.table_name = 'adk_sessions'::regclass",
+                &[&user],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if !users.iter().any(|(_, seen)| *seen == port) {
+            users.push((user, port));
+        }
+        if users.len() == 2 {
+            return users;
+        }
+    }
+    panic!("64 users all hashed to one worker");
+}
+
+/// A connection whose notices (DEBUG and LOG lines sent to the client) are
+/// kept, each as its message and detail.
+async fn listening_client(
+    url: &str,
+) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notice(notice) = message {
+                let _ = sender.send((notice.message().to_owned(), notice.detail().unwrap_or_default().to_owned()));
+            }
+        }
+    });
+    (client, receiver)
+}
+
+/// Citus' own account of an append and a get, in the form the store sends
+/// them: the coordinator pushes the function call down whole, and issues
+/// one command, to the worker holding the user.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn citus_pushes_an_append_and_a_get_down_to_one_worker() {
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let users = users_on_two_workers(&sql).await;
+    let store = store(db.url()).await;
+    let (listener, mut notices) = listening_client(db.url()).await;
+    listener.batch_execute("SET client_min_messages = debug1; SET citus.log_remote_commands = on").await.unwrap();
+    for (user, port) in &users {
+        let key = new_session(&store, "app", user).await;
+        let calls = [
+            (
+                "append",
+                "SELECT outcome, seq FROM adk_append_event(NULL, $1, $2, $3, 'direct-1', NULL, 'agent', 0,
+                        '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, '{}'::jsonb, NULL, NULL)",
+            ),
+            ("get", "SELECT last_seq FROM adk_get_session(NULL, $1, $2, $3, NULL, 0)"),
+        ];
+        for (operation, call) in calls {
+            while notices.try_recv().is_ok() {}
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&"app", &key.user_id.as_str(), &key.session_id.as_str()];
+            listener.query(call, &params).await.unwrap_or_else(|e| panic!("{operation}: {e}"));
+            let mut seen = Vec::new();
+            while let Ok(notice) = notices.try_recv() {
+                seen.push(notice);
+            }
+            assert!(
+                seen.iter().any(|(message, _)| message == "pushing down the function call"),
+                "{operation} of {user} was not pushed down: {seen:?}"
+            );
+            let issued: Vec<&String> =
+                seen.iter().filter(|(message, _)| message.starts_with("issuing ")).map(|(_, detail)| detail).collect();
+            assert_eq!(issued.len(), 1, "{operation} of {user}: one command to a worker: {seen:?}");
+            assert!(issued[0].contains(&format!(":{port} ")), "{operation} of {user} went to its worker: {seen:?}");
+        }
+    }
+}
+
+/// A lookup without a user cannot be routed: it asks every shard, each for
+/// at most the limit, and finds sessions wherever they are.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn find_by_id_asks_every_shard_for_at_most_the_limit() {
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let mut expected = Vec::new();
+    for (user, _) in users_on_two_workers(&sql).await {
+        let created = store
+            .create(adk_postgres_domain::CreateSession {
+                session_id: Some("shared-id".into()),
+                ..adk_postgres_domain::CreateSession::new(AppName::new("app").unwrap(), UserId::new(user).unwrap())
+            })
+            .await
+            .unwrap();
+        expected.push(created.key);
+    }
+    let mut found = store.find_by_id(&SessionId::new("shared-id").unwrap(), 2).await.unwrap();
+    found.sort_by(|a, b| a.user_id.as_str().cmp(b.user_id.as_str()));
+    expected.sort_by(|a, b| a.user_id.as_str().cmp(b.user_id.as_str()));
+    assert_eq!(found, expected, "one session on each worker");
+
+    let shards: i64 = sql
+        .query_one("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'adk_sessions'::regclass", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let plan: Vec<String> = sql
+        .query(
+            "EXPLAIN SELECT s.app_name, s.user_id FROM adk_sessions s
+              WHERE s.session_id = 'shared-id' AND (s.expires_at IS NULL OR s.expires_at > now()) LIMIT 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains(&format!("Task Count: {shards}")), "every shard is asked:\n{plan}");
+    let task = plan.split("->  Task").nth(1).unwrap_or_default();
+    assert!(task.contains("Limit"), "each shard returns at most the limit:\n{plan}");
+}
+
+/// `status` on Citus: each node's shards and days ahead.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn status_reports_each_workers_shards_and_days_ahead() {
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let today = chrono::Utc::now().date_naive();
+    run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance");
+    let report = health(db.url(), today, &HealthThresholds::default()).await.expect("health");
+    let holding: Vec<_> = report.nodes.iter().filter(|node| node.session_shards > 0).collect();
+    assert_eq!(holding.len(), 2, "both workers hold users: {:?}", report.nodes);
+    let shards: i64 = holding.iter().map(|node| node.session_shards).sum();
+    assert_eq!(shards, 4, "the test databases' shard count: {:?}", report.nodes);
+    for node in &holding {
+        assert_eq!(node.partitions_ahead, report.partitions_ahead, "{node:?}");
+        assert!(node.partitions_ahead >= 7, "{node:?}");
+    }
+    assert!(report.is_healthy(), "{:?}", report.alerts);
+    assert!(report.to_string().contains("Citus node"), "{report}");
+
+    // A week's shards gone from one worker alone: that node is short.
+    let (name, port) = {
+        let node = holding[0];
+        let port: i32 = node.node.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+        (node.node.clone(), port)
+    };
+    let tomorrow = today.succ_opt().unwrap().format("%Y%m%d").to_string();
+    // Citus' catalog says where shards are; removing the placements is how a
+    // failed shard move or a lost node would look.
+    sql.execute(
+        "DELETE FROM pg_dist_placement p USING pg_dist_shard s, pg_dist_node n
+          WHERE p.shardid = s.shardid AND p.groupid = n.groupid AND n.nodeport = $1
+            AND s.logicalrelid = ('adk_events_p' || $2::text)::regclass",
+        &[&port, &tomorrow],
+    )
+    .await
+    .unwrap();
+    let short = health(db.url(), today, &HealthThresholds::default()).await.expect("health");
+    let node = short.nodes.iter().find(|node| node.node == name).expect("the node");
+    assert_eq!(node.partitions_ahead, 0, "{node:?}");
+    assert!(
+        short.alerts.iter().any(|alert| alert.contains(&name) && alert.contains("only 0 future day")),
+        "{:?}",
+        short.alerts
+    );
 }

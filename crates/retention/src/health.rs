@@ -22,8 +22,10 @@
 //! `status` alerts on; `alerts` keeps the lines `status` prints.
 
 mod alert;
+mod nodes;
 
 pub use alert::{Alert, AlertArea, Check, Severity};
+pub use nodes::NodeFacts;
 
 use std::time::Duration;
 
@@ -40,7 +42,7 @@ use serde::Serialize;
 use crate::error::RetentionError;
 use crate::partitions::{days_ahead, list_orphans, list_partitions};
 use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
-use crate::sql::{LockPolicy, connect, events_schema, first_row};
+use crate::sql::{LockPolicy, connect, events_schema, first_row, on_citus};
 
 /// When health turns into alerts.
 #[derive(Debug, Clone)]
@@ -191,6 +193,10 @@ pub struct HealthReport {
     pub state_sizes: StateSizes,
     /// The usage rollups; `None` before migration 12.
     pub rollups: Option<RollupHealth>,
+    /// On Citus, each node's shards and days ahead; empty on one server
+    /// (and then left out of the JSON).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeFacts>,
     /// Empty when healthy: each alert's line as `adk-pg status` prints it.
     pub alerts: Vec<String>,
     /// The same alerts, in the same order, typed. Left out of the JSON, so
@@ -263,6 +269,15 @@ impl std::fmt::Display for HealthReport {
                 format!("{} / {} / {} / {}", bytes(sizes.p50), bytes(sizes.p90), bytes(sizes.p99), bytes(sizes.max)),
             ),
         ];
+        for node in &self.nodes {
+            rows.push((
+                "Citus node",
+                format!(
+                    "{}: {} session shard(s), {} shard(s), {} B, {} day(s) ahead",
+                    node.node, node.session_shards, node.shards, node.bytes, node.partitions_ahead
+                ),
+            ));
+        }
         match &self.rollups {
             Some(rollups) => rows.extend(rollups.rows()),
             None => rows.push(("usage rollups", "not installed (run adk-pg migrate)".into())),
@@ -773,6 +788,20 @@ pub async fn health_on(
             format!("detaches left pending by an interrupted run: {}", pending_detaches.join(", ")),
         ));
     }
+    let nodes = if on_citus(conn).await? { nodes::node_facts(conn, &live, today).await? } else { Vec::new() };
+    // The coordinator holds no event shards; a worker that holds users'
+    // sessions but not the coming days' partitions refuses their appends.
+    for node in nodes.iter().filter(|node| node.session_shards > 0) {
+        if node.partitions_ahead < thresholds.min_partitions_ahead {
+            alerts.push(Alert::warning(
+                Check::NodePartitionsAhead,
+                format!(
+                    "Citus node {} has partitions for only {} future day(s) (want at least {}); run adk-pg maintain",
+                    node.node, node.partitions_ahead, thresholds.min_partitions_ahead
+                ),
+            ));
+        }
+    }
     let rollups = match usage {
         Some(_) => Some(rollup_health(conn, &schema, today, now, thresholds).await?),
         None => None,
@@ -805,6 +834,7 @@ pub async fn health_on(
             max: sizes.max,
         },
         rollups,
+        nodes,
         alerts: alerts.iter().map(ToString::to_string).collect(),
         typed_alerts: alerts,
     })

@@ -63,6 +63,7 @@ fn healthy() -> HealthReport {
             tiers: Vec::new(),
             minute_partitions_ahead: 7,
         }),
+        nodes: Vec::new(),
         alerts: Vec::new(),
         typed_alerts: Vec::new(),
     }

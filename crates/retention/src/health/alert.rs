@@ -96,6 +96,9 @@ pub enum Check {
     TodayPartition,
     /// Fewer future days than the threshold have a partition.
     PartitionsAhead,
+    /// On Citus, a node holding sessions has fewer future days' shards than
+    /// the threshold.
+    NodePartitionsAhead,
     MaintenanceNeverRun,
     /// The last successful maintenance run is older than the threshold.
     MaintenanceStale,
@@ -120,7 +123,7 @@ pub enum Check {
 impl Check {
     pub fn area(self) -> AlertArea {
         match self {
-            Check::TodayPartition | Check::PartitionsAhead => AlertArea::Partitions,
+            Check::TodayPartition | Check::PartitionsAhead | Check::NodePartitionsAhead => AlertArea::Partitions,
             Check::MaintenanceNeverRun | Check::MaintenanceStale | Check::MaintenanceFailed => AlertArea::Maintenance,
             Check::OverduePartition | Check::PendingDetach => AlertArea::Retention,
             Check::RollupsNeverRun | Check::RollupLag | Check::RollupRunFailed | Check::RollupRunWaiting => {
