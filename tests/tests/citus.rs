@@ -21,6 +21,7 @@ async fn the_store_is_distributed_by_user_and_colocated() {
     assert_eq!(layout.distributed_tables, ["adk_events", "adk_sessions", "adk_user_states"]);
     assert_eq!(layout.reference_tables, ["adk_app_states", "adk_role_apps", "adk_store_policy"]);
     assert_eq!(layout.workers, 2);
+    assert!(layout.schema_guarded, "migrated as a superuser, the store's schema is guarded");
     for function in ["adk_append_event(", "adk_get_session(", "adk_list_sessions(", "adk_create_session("] {
         assert!(layout.delegated_functions.iter().any(|f| f.starts_with(function)), "{function} in {layout:?}");
     }

@@ -104,6 +104,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     layout.delegated_functions.len(),
                     layout.workers
                 );
+                if !layout.schema_guarded {
+                    eprintln!(
+                        "citus: WARNING: the store's schema is not guarded (migrate as a superuser to install the \
+                         guard); on Citus, no other role may have CREATE on it (README, \"Scaling out on Citus\")"
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

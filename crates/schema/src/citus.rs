@@ -99,7 +99,51 @@ pub struct CitusLayout {
     pub delegated_functions: Vec<String>,
     /// Worker nodes with shards.
     pub workers: i64,
+    /// Whether the event trigger keeping other roles' functions and
+    /// operators out of the store's schema is installed ([`SCHEMA_GUARD`]);
+    /// only a superuser can install it.
+    pub schema_guarded: bool,
 }
+
+/// Keeps functions, aggregates, procedures and operators of any role but
+/// the store's owner out of the store's schema, on Citus.
+///
+/// Citus sends the shard queries inside the store's functions with
+/// `pg_catalog` names unqualified, and they are parsed again on the worker
+/// under the function's `search_path` (`pg_catalog`, the store's schema,
+/// `pg_temp`). There an exact-type function planted in the store's schema
+/// (say `jsonb_object_agg(text, jsonb)`) beats the catalog's polymorphic
+/// one and runs as the owner; on one server the store's `pg_catalog.`
+/// qualification rules that out. Workers refuse such DDL from a direct
+/// connection ("not allowed on this node"), so the coordinator is the one
+/// place to guard. A `format()` template: `%1$L` is the schema, `%2$s`
+/// the owner check, `%%` a `%` of the RAISE.
+const SCHEMA_GUARD: &str = "
+CREATE OR REPLACE FUNCTION adk_guard_store_schema() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $guard$
+DECLARE
+    command record;
+BEGIN
+    FOR command IN SELECT * FROM pg_catalog.pg_event_trigger_ddl_commands() LOOP
+        IF command.object_type IN ('function', 'aggregate', 'procedure', 'operator')
+           AND command.schema_name = %1$L
+           AND NOT %2$s THEN
+            RAISE EXCEPTION 'only the store''s owner may create or move a %% into schema %%',
+                            command.object_type, command.schema_name
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'On Citus, shard queries name catalog functions unqualified; '
+                             'a routine here could capture them (README, Scaling out).';
+        END IF;
+    END LOOP;
+END
+$guard$;
+DROP EVENT TRIGGER IF EXISTS adk_guard_store_schema;
+CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
+    WHEN TAG IN ('CREATE FUNCTION', 'CREATE AGGREGATE', 'CREATE PROCEDURE', 'CREATE OPERATOR',
+                 'ALTER FUNCTION', 'ALTER AGGREGATE', 'ALTER PROCEDURE', 'ALTER ROUTINE', 'ALTER OPERATOR')
+    EXECUTE FUNCTION adk_guard_store_schema();
+";
 
 /// Whether the database has the citus extension.
 pub(crate) fn citus_installed(conn: &mut Wrapper) -> Result<bool, MigrationError> {
@@ -174,6 +218,7 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
         conn.batch_execute(&format!("ALTER FUNCTION {function} SET {setting} = on"))
             .map_err(|e| citus_error(&format!("setting {setting} on {function}"), e))?;
     }
+    install_schema_guard(conn)?;
     for (setting, value) in DATABASE_SETTINGS {
         // The database's name is quoted by format(); the pairs are constants.
         conn.batch_execute(&format!(
@@ -186,6 +231,45 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
     conn.batch_execute("RESET citus.enable_unsafe_triggers")
         .map_err(|e| citus_error("resetting citus.enable_unsafe_triggers", e))?;
     layout(conn)
+}
+
+/// Installs [`SCHEMA_GUARD`] when the migrating role is a superuser (event
+/// triggers need one); `layout` tells whether it is there.
+fn install_schema_guard(conn: &mut Wrapper) -> Result<(), MigrationError> {
+    #[derive(QueryableByName)]
+    struct Superuser {
+        #[diesel(sql_type = Bool)]
+        superuser: bool,
+    }
+    use diesel::RunQueryDsl as _;
+    let row: Superuser = diesel::sql_query(
+        "SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false)
+                AS superuser",
+    )
+    .get_result(conn)
+    .map_err(|e| citus_error("asking whether the migrating role is a superuser", e))?;
+    if !row.superuser {
+        return Ok(());
+    }
+    // The schema and the owner's role are read when the guard is made; the
+    // owner check runs per command, so a later change of owner is honoured.
+    let owner_check = "pg_catalog.pg_has_role(current_user,
+        (SELECT c.relowner FROM pg_catalog.pg_class c
+          WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(command.schema_name) || '.adk_store_policy')),
+        'MEMBER')";
+    let row: Statement =
+        diesel::sql_query("SELECT pg_catalog.format($1, pg_catalog.current_schema(), $2) AS statement")
+            .bind::<Text, _>(SCHEMA_GUARD)
+            .bind::<Text, _>(owner_check)
+            .get_result(conn)
+            .map_err(|e| citus_error("preparing the store schema's guard", e))?;
+    conn.batch_execute(&row.statement).map_err(|e| citus_error("installing the store schema's guard", e))
+}
+
+#[derive(QueryableByName)]
+struct Statement {
+    #[diesel(sql_type = Text)]
+    statement: String,
 }
 
 /// How the store is laid out on Citus now.
@@ -229,7 +313,24 @@ pub(crate) fn layout(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> 
     )
     .get_result(conn)
     .map_err(|e| citus_error("counting the Citus workers", e))?;
-    Ok(CitusLayout { distributed_tables, reference_tables, delegated_functions, workers: workers.count })
+    #[derive(QueryableByName)]
+    struct Guarded {
+        #[diesel(sql_type = Bool)]
+        guarded: bool,
+    }
+    let guarded: Guarded = diesel::sql_query(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                         WHERE evtname = 'adk_guard_store_schema' AND evtenabled <> 'D') AS guarded",
+    )
+    .get_result(conn)
+    .map_err(|e| citus_error("looking for the store schema's guard", e))?;
+    Ok(CitusLayout {
+        distributed_tables,
+        reference_tables,
+        delegated_functions,
+        workers: workers.count,
+        schema_guarded: guarded.guarded,
+    })
 }
 
 fn is_distributed(conn: &mut Wrapper, table: &str) -> Result<bool, MigrationError> {
