@@ -138,6 +138,9 @@ BEGIN
     END LOOP;
 END
 $guard$;
+-- An event trigger runs its function whatever the EXECUTE grants say; no
+-- role needs to call it.
+REVOKE EXECUTE ON FUNCTION adk_guard_store_schema() FROM PUBLIC;
 DROP EVENT TRIGGER IF EXISTS adk_guard_store_schema;
 CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
     WHEN TAG IN ('CREATE FUNCTION', 'CREATE AGGREGATE', 'CREATE PROCEDURE', 'CREATE OPERATOR',
