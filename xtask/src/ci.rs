@@ -28,7 +28,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
             return Ok(exit_code(status));
         }
     }
-    header(total, total, "tests", "xtask test, then xtask citus test");
+    header(total, total, "tests", "xtask test, then xtask citus test and citus bench --quick");
     let code = test::run(&[])?;
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: tests failed");
@@ -39,6 +39,13 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let code = citus::run(Citus::Test { args: Vec::new() })?;
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: the Citus tests failed");
+        return Ok(code);
+    }
+    // A smoke run of the Citus comparison, on the release build the
+    // benchmark smoke test made: every workload runs, nothing is timed.
+    let code = citus::run(Citus::Bench { args: vec!["--quick".into()] })?;
+    if code != ExitCode::SUCCESS {
+        eprintln!("\nci: the Citus benchmark smoke test failed");
     }
     Ok(code)
 }

@@ -24,6 +24,10 @@ cargo xtask <command>
   citus down     stop and delete them
   citus test [ARGS]  the conformance, adk contract and Citus suites on a throwaway
                  coordinator and two workers; ARGS go to `cargo nextest run`
+  citus bench [ARGS]  append, get and list on a throwaway Citus cluster against a throwaway
+                 single server, with the statements and round trips of each and the workers
+                 a call touches; figures indicative only (every node shares this machine);
+                 `--quick` for a smoke run; table on stdout, JSON in target/bench/citus.json
   ci             what CI runs: fmt, clippy, the testcontainers build, test, then citus test
 ";
 
@@ -45,6 +49,7 @@ pub enum Citus {
     Up,
     Down,
     Test { args: Vec<String> },
+    Bench { args: Vec<String> },
 }
 
 #[derive(Debug)]
@@ -79,8 +84,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
                 (Some("up"), None) => Ok(Command::Citus(Citus::Up)),
                 (Some("down"), None) => Ok(Command::Citus(Citus::Down)),
                 (Some("test"), _) => Ok(Command::Citus(Citus::Test { args: strip_separator(rest.to_vec()) })),
+                (Some("bench"), _) => Ok(Command::Citus(Citus::Bench { args: strip_separator(rest.to_vec()) })),
                 (Some("up" | "down"), Some(extra)) => bail!("unexpected argument `{extra}`\n\n{USAGE}"),
-                _ => bail!("`citus` needs one of up, down, test\n\n{USAGE}"),
+                _ => bail!("`citus` needs one of up, down, test, bench\n\n{USAGE}"),
             }
         }
         Some("db") => {
@@ -143,7 +149,12 @@ mod tests {
         assert!(
             matches!(parse_str("citus test -- -E x").unwrap(), Command::Citus(Citus::Test { args }) if args == ["-E", "x"])
         );
+        assert!(
+            matches!(parse_str("citus bench --quick").unwrap(), Command::Citus(Citus::Bench { args }) if args == ["--quick"])
+        );
+        assert!(matches!(parse_str("citus bench").unwrap(), Command::Citus(Citus::Bench { args }) if args.is_empty()));
         assert!(parse_str("citus").is_err());
+        assert!(parse_str("citus benchmark").is_err());
         assert!(parse_str("citus down now").is_err());
     }
 }

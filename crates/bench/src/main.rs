@@ -7,6 +7,7 @@
 //! every workload runs on all of them round by round, so the ratios compare
 //! like with like even where absolute timings are noisy.
 
+mod citus;
 mod cpu;
 mod crowd;
 mod driver;
@@ -45,6 +46,11 @@ struct Args {
     /// Where the JSON report and pgbench's scripts and logs go.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// Instead: append, get and list on a throwaway Citus cluster (a
+    /// coordinator and two workers) against a throwaway single server
+    /// (`cargo xtask citus bench`); JSON in OUT_DIR/citus.json.
+    #[arg(long)]
+    citus: bool,
 }
 
 fn main() -> ExitCode {
@@ -63,6 +69,10 @@ fn main() -> ExitCode {
         out_dir: out_dir.clone(),
     };
     let result = runtime.block_on(async {
+        if args.citus {
+            let plan = if args.quick { citus::CitusPlan::quick() } else { citus::CitusPlan::full() };
+            return citus::run(plan, &out_dir).await;
+        }
         let report = run::run(options).await?;
         run::write_outputs(&report, &out_dir)
     });
