@@ -10,6 +10,8 @@
 
 use std::path::Path;
 
+use adk_postgres_schema::quote::quote_ident;
+
 use crate::cluster::{Cluster, throwaway_node};
 use crate::error::HarnessError;
 use crate::source::pg_config;
@@ -84,7 +86,7 @@ pub async fn create_citus_database(
     worker_server_urls: &[String],
     name: &str,
 ) -> Result<String, HarnessError> {
-    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    let quoted = quote_ident(name);
     for server in worker_server_urls.iter().map(String::as_str).chain([coordinator_server_url]) {
         let client = crate::connect(server).await?;
         client

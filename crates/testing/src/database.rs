@@ -10,6 +10,8 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
+use adk_postgres_schema::quote::quote_ident as quote;
+
 use crate::citus::{create_citus_database, workers_from_environment};
 use crate::cluster::{Cluster, throwaway_cluster};
 use crate::error::HarnessError;
@@ -491,10 +493,6 @@ impl Fnv1a {
             self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-}
-
-fn quote(identifier: &str) -> String {
-    format!("\"{}\"", identifier.replace('"', "\"\""))
 }
 
 /// A short-lived connection. Tests run on a runtime each, so none outlives
