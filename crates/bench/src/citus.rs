@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_testing::{CitusCluster, Cluster, create_citus_database, find_server_binaries};
 use anyhow::{Context as _, anyhow, bail, ensure};
 use comfy_table::presets::ASCII_MARKDOWN;
@@ -34,6 +33,7 @@ use crate::measure::{Latency, Sample};
 use crate::ops::{self, Op};
 use crate::proxy::Proxy;
 use crate::report::{Machine, load_average};
+use crate::run::{SERVICE_ROLE, bound_service_url};
 use crate::server::{connect, human_bytes};
 use crate::workload::{self, APP, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, append_session};
 
@@ -41,9 +41,6 @@ use crate::workload::{self, APP, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LI
 const WORKERS: usize = 2;
 /// The bench's database, on each server (and each Citus node).
 const DATABASE: &str = "adk_bench";
-/// The role the store connects as on both: production runs a bound
-/// service role, so the tenant check is in every figure.
-const SERVICE_ROLE: &str = "adk_bench_service";
 /// The session `get` reads (`EVENTS_PER_SESSION` events of `GET_USER`).
 const GET_SESSION: &str = "g-40";
 /// The session the counting pass and the logged calls append to, and its user.
@@ -555,14 +552,9 @@ async fn side(target: Target, front: &Cluster, nodes: Vec<Node>) -> anyhow::Resu
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .await
         .context("creating pg_stat_statements (the harness preloads it where the server has it)")?;
-    let options = ServiceRoleOptions { create: true, password: None, apps: AppBinding::Apps(vec![APP.to_owned()]) };
-    setup_service_role(&owner_url, SERVICE_ROLE, &options)
+    let service_url = bound_service_url(&owner_url)
         .await
         .with_context(|| format!("setting up the service role on {}", target.label()))?;
-    // The harness's clusters trust local connections: no password needed.
-    let mut url = Url::parse(&owner_url).context("parsing the database URL")?;
-    url.set_username(SERVICE_ROLE).map_err(|()| anyhow!("cannot set a user on {owner_url}"))?;
-    let service_url = String::from(url);
     let driver = Driver::connect(Peer::OursStore, &service_url).await?;
     Ok(Side { target, address: SocketAddr::from(([127, 0, 0, 1], front.port())), nodes, service_url, driver })
 }

@@ -240,11 +240,11 @@ async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
 }
 
 /// The role our drivers connect as in every database of the run.
-const SERVICE_ROLE: &str = "adk_bench_service";
+pub(crate) const SERVICE_ROLE: &str = "adk_bench_service";
 
 /// Sets the bench's service role up on the database at `owner_url`, bound
 /// to the workload's app, with a fresh password, and returns its URL.
-async fn bound_service_url(owner_url: &str) -> anyhow::Result<String> {
+pub(crate) async fn bound_service_url(owner_url: &str) -> anyhow::Result<String> {
     let password = uuid::Uuid::new_v4().simple().to_string();
     let options = ServiceRoleOptions {
         create: true,
