@@ -127,19 +127,17 @@ pub async fn events_schema(conn: &mut AsyncPgConnection) -> Result<String, Reten
 #[derive(QueryableByName)]
 struct DistributedRow {
     #[diesel(sql_type = Bool)]
-    distributed: bool,
+    answer: bool,
 }
 
 /// Whether the store runs on Citus: the database has the citus extension,
 /// which is what makes the migrations distribute it. A few operations
 /// must take another path there (see each caller).
 pub async fn on_citus(conn: &mut AsyncPgConnection) -> Result<bool, RetentionError> {
-    Ok(diesel::sql_query(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS distributed",
-    )
-    .load::<DistributedRow>(conn)
-    .await
-    .and_then(first_row)
-    .map_err(RetentionError::query("look for the citus extension"))?
-    .distributed)
+    Ok(diesel::sql_query(adk_postgres_schema::citus::CITUS_INSTALLED_SQL)
+        .load::<DistributedRow>(conn)
+        .await
+        .and_then(first_row)
+        .map_err(RetentionError::query("look for the citus extension"))?
+        .answer)
 }

@@ -148,19 +148,38 @@ CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
     EXECUTE FUNCTION adk_guard_store_schema();
 ";
 
+/// Whether the database runs on Citus, as one boolean column `answer`:
+/// the one test for it, shared by the migrations and by the operations that
+/// take another path there (retention).
+pub const CITUS_INSTALLED_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS answer";
+
 /// Whether the database has the citus extension.
 pub(crate) fn citus_installed(conn: &mut Wrapper) -> Result<bool, MigrationError> {
-    #[derive(QueryableByName)]
-    struct Installed {
-        #[diesel(sql_type = Bool)]
-        installed: bool,
-    }
-    use diesel::RunQueryDsl as _;
-    let row: Installed =
-        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') AS installed")
-            .get_result(conn)
-            .map_err(|e| citus_error("looking for the citus extension", e))?;
-    Ok(row.installed)
+    ask(conn, diesel::sql_query(CITUS_INSTALLED_SQL), "looking for the citus extension")
+}
+
+/// The one boolean column, named `answer`, of a catalog question.
+#[derive(QueryableByName)]
+struct Answer {
+    #[diesel(sql_type = Bool)]
+    answer: bool,
+}
+
+/// The one text column, named `text`, of each row of a catalog query.
+#[derive(QueryableByName)]
+struct TextRow {
+    #[diesel(sql_type = Text)]
+    text: String,
+}
+
+/// Runs `query`, which answers yes or no in a column named `answer`.
+fn ask<'q, Q>(conn: &mut Wrapper, query: Q, asking: &str) -> Result<bool, MigrationError>
+where
+    Q: diesel::query_dsl::LoadQuery<'q, Wrapper, Answer>,
+{
+    let row: Answer = query.get_result(conn).map_err(|e| citus_error(asking, e))?;
+    Ok(row.answer)
 }
 
 /// Creates the citus extension in the database when it is missing. The
@@ -239,19 +258,16 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
 /// Installs [`SCHEMA_GUARD`] when the migrating role is a superuser (event
 /// triggers need one); `layout` tells whether it is there.
 fn install_schema_guard(conn: &mut Wrapper) -> Result<(), MigrationError> {
-    #[derive(QueryableByName)]
-    struct Superuser {
-        #[diesel(sql_type = Bool)]
-        superuser: bool,
-    }
     use diesel::RunQueryDsl as _;
-    let row: Superuser = diesel::sql_query(
-        "SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false)
-                AS superuser",
-    )
-    .get_result(conn)
-    .map_err(|e| citus_error("asking whether the migrating role is a superuser", e))?;
-    if !row.superuser {
+    let superuser = ask(
+        conn,
+        diesel::sql_query(
+            "SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false)
+                    AS answer",
+        ),
+        "asking whether the migrating role is a superuser",
+    )?;
+    if !superuser {
         return Ok(());
     }
     // The schema and the owner's role are read when the guard is made; the
@@ -260,28 +276,16 @@ fn install_schema_guard(conn: &mut Wrapper) -> Result<(), MigrationError> {
         (SELECT c.relowner FROM pg_catalog.pg_class c
           WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(command.schema_name) || '.adk_store_policy')),
         'MEMBER')";
-    let row: Statement =
-        diesel::sql_query("SELECT pg_catalog.format($1, pg_catalog.current_schema(), $2) AS statement")
-            .bind::<Text, _>(SCHEMA_GUARD)
-            .bind::<Text, _>(owner_check)
-            .get_result(conn)
-            .map_err(|e| citus_error("preparing the store schema's guard", e))?;
-    conn.batch_execute(&row.statement).map_err(|e| citus_error("installing the store schema's guard", e))
-}
-
-#[derive(QueryableByName)]
-struct Statement {
-    #[diesel(sql_type = Text)]
-    statement: String,
+    let row: TextRow = diesel::sql_query("SELECT pg_catalog.format($1, pg_catalog.current_schema(), $2) AS text")
+        .bind::<Text, _>(SCHEMA_GUARD)
+        .bind::<Text, _>(owner_check)
+        .get_result(conn)
+        .map_err(|e| citus_error("preparing the store schema's guard", e))?;
+    conn.batch_execute(&row.text).map_err(|e| citus_error("installing the store schema's guard", e))
 }
 
 /// How the store is laid out on Citus now.
 pub(crate) fn layout(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> {
-    #[derive(QueryableByName)]
-    struct Named {
-        #[diesel(sql_type = Text)]
-        name: String,
-    }
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = BigInt)]
@@ -289,25 +293,25 @@ pub(crate) fn layout(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> 
     }
     use diesel::RunQueryDsl as _;
     let names = |conn: &mut Wrapper, sql: &str| -> Result<Vec<String>, MigrationError> {
-        let rows: Vec<Named> =
+        let rows: Vec<TextRow> =
             diesel::sql_query(sql).load(conn).map_err(|e| citus_error("reading the Citus layout", e))?;
-        Ok(rows.into_iter().map(|row| row.name).collect())
+        Ok(rows.into_iter().map(|row| row.text).collect())
     };
     let distributed_tables = names(
         conn,
-        "SELECT p.logicalrelid::regclass::text AS name
+        "SELECT p.logicalrelid::regclass::text AS text
            FROM pg_dist_partition p JOIN pg_catalog.pg_class c ON c.oid = p.logicalrelid
           WHERE p.partmethod = 'h' AND NOT c.relispartition
           ORDER BY 1",
     )?;
     let reference_tables = names(
         conn,
-        "SELECT p.logicalrelid::regclass::text AS name FROM pg_dist_partition p
+        "SELECT p.logicalrelid::regclass::text AS text FROM pg_dist_partition p
           WHERE p.partmethod = 'n' AND p.repmodel = 't' ORDER BY 1",
     )?;
     let delegated_functions = names(
         conn,
-        "SELECT o.objid::regprocedure::text AS name FROM pg_dist_object o
+        "SELECT o.objid::regprocedure::text AS text FROM pg_dist_object o
           WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.distribution_argument_index IS NOT NULL
           ORDER BY 1",
     )?;
@@ -316,39 +320,32 @@ pub(crate) fn layout(conn: &mut Wrapper) -> Result<CitusLayout, MigrationError> 
     )
     .get_result(conn)
     .map_err(|e| citus_error("counting the Citus workers", e))?;
-    #[derive(QueryableByName)]
-    struct Guarded {
-        #[diesel(sql_type = Bool)]
-        guarded: bool,
-    }
-    let guarded: Guarded = diesel::sql_query(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
-                         WHERE evtname = 'adk_guard_store_schema' AND evtenabled <> 'D') AS guarded",
-    )
-    .get_result(conn)
-    .map_err(|e| citus_error("looking for the store schema's guard", e))?;
+    let schema_guarded = ask(
+        conn,
+        diesel::sql_query(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                             WHERE evtname = 'adk_guard_store_schema' AND evtenabled <> 'D') AS answer",
+        ),
+        "looking for the store schema's guard",
+    )?;
     Ok(CitusLayout {
         distributed_tables,
         reference_tables,
         delegated_functions,
         workers: workers.count,
-        schema_guarded: guarded.guarded,
+        schema_guarded,
     })
 }
 
 fn is_distributed(conn: &mut Wrapper, table: &str) -> Result<bool, MigrationError> {
-    #[derive(QueryableByName)]
-    struct Known {
-        #[diesel(sql_type = Bool)]
-        known: bool,
-    }
-    use diesel::RunQueryDsl as _;
-    let row: Known =
-        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass) AS known")
-            .bind::<Text, _>(table)
-            .get_result(conn)
-            .map_err(|e| citus_error(&format!("asking Citus about {table}"), e))?;
-    Ok(row.known)
+    ask(
+        conn,
+        diesel::sql_query(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass) AS answer",
+        )
+        .bind::<Text, _>(table),
+        &format!("asking Citus about {table}"),
+    )
 }
 
 /// The store's functions with a `p_user_id` argument, by signature, but
