@@ -27,19 +27,19 @@ impl LoadedSession {
     /// snapshot instead of being copied.
     pub(crate) fn from_store(session: StoreSession) -> Result<Self, AdkError> {
         let events = session.events.into_iter().map(into_adk_event).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::new(&session.key, session.state.into_iter().collect(), events, session.last_update_time))
+        Ok(Self::new(session.key, session.state.into_iter().collect(), events, session.last_update_time))
     }
 
     /// A listed session: metadata and live state, never events.
     pub(crate) fn from_summary(summary: SessionSummary) -> Self {
-        Self::new(&summary.key, summary.state.into_iter().collect(), Vec::new(), summary.last_update_time)
+        Self::new(summary.key, summary.state.into_iter().collect(), Vec::new(), summary.last_update_time)
     }
 
-    fn new(key: &SessionKey, state: HashMap<String, Value>, events: Vec<Event>, at: DateTime<Utc>) -> Self {
+    fn new(key: SessionKey, state: HashMap<String, Value>, events: Vec<Event>, at: DateTime<Utc>) -> Self {
         Self {
-            app_name: key.app_name.to_string(),
-            user_id: key.user_id.to_string(),
-            id: key.session_id.to_string(),
+            app_name: key.app_name.into(),
+            user_id: key.user_id.into(),
+            id: key.session_id.into(),
             state,
             events,
             last_update_time: at,

@@ -84,14 +84,30 @@ impl ScopedState {
 
 /// Merges stored scopes into the flat view an agent sees.
 pub fn merge_scopes(session: &State, user: &State, app: &State) -> State {
-    let mut merged = session.clone();
-    for (key, value) in app {
-        merged.insert(format!("{APP_PREFIX}{key}"), value.clone());
+    SharedScopes::new(user, app).merge_into(session.clone())
+}
+
+/// The user and app scopes with their prefixes restored, made once and laid
+/// over many sessions of one user (a listed page) without building each
+/// prefixed key again.
+#[derive(Debug, Clone, Default)]
+pub struct SharedScopes(Vec<(String, Value)>);
+
+impl SharedScopes {
+    pub fn new(user: &State, app: &State) -> Self {
+        let app = app.iter().map(|(key, value)| (format!("{APP_PREFIX}{key}"), value.clone()));
+        let user = user.iter().map(|(key, value)| (format!("{USER_PREFIX}{key}"), value.clone()));
+        Self(app.chain(user).collect())
     }
-    for (key, value) in user {
-        merged.insert(format!("{USER_PREFIX}{key}"), value.clone());
+
+    /// `session` with the shared scopes laid over it; its own entries move
+    /// into the result instead of being copied.
+    pub fn merge_into(&self, mut session: State) -> State {
+        for (key, value) in &self.0 {
+            session.insert(key.clone(), value.clone());
+        }
+        session
     }
-    merged
 }
 
 /// Shallow merge: each key in `delta` replaces the stored value (JSON null

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use adk_postgres_domain::event::timestamp_to_nanos;
-use adk_postgres_domain::state::{merge_scopes, state_from_value};
+use adk_postgres_domain::state::{SharedScopes, merge_scopes, state_from_value};
 use adk_postgres_domain::{
     AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, OnExisting, PageToken,
     ScopedState, Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, SessionSummary, State,
@@ -488,7 +488,7 @@ impl PgSessionStore {
         let app = stored_state("app state", session.app_state)?;
         Ok(Session {
             key: key.clone(),
-            state: merge_scopes(&session_state, &user, &app),
+            state: SharedScopes::new(&user, &app).merge_into(session_state),
             events,
             version: version(last_seq),
             last_update_time: session.updated_at.ok_or_else(|| corrupt("updated_at"))?,
@@ -541,12 +541,12 @@ impl PgSessionStore {
         let mut sessions = Vec::with_capacity(rows.len().min(page_size));
         // The page's user and app state come once, on its first row: the
         // same for every session of one app and user.
-        let (user, app) = match rows.first_mut() {
-            Some(first) => (
-                stored_state("user state", first.user_state.take())?,
-                stored_state("app state", first.app_state.take())?,
+        let shared = match rows.first_mut() {
+            Some(first) => SharedScopes::new(
+                &stored_state("user state", first.user_state.take())?,
+                &stored_state("app state", first.app_state.take())?,
             ),
-            None => Default::default(),
+            None => SharedScopes::default(),
         };
         for row in rows.into_iter().take(page_size) {
             let session_id = SessionId::new(row.session_id)
@@ -554,7 +554,7 @@ impl PgSessionStore {
             let session_state = stored_state("session state", Some(row.state))?;
             sessions.push(SessionSummary {
                 key: SessionKey::new(request.app_name.clone(), request.user_id.clone(), session_id),
-                state: merge_scopes(&session_state, &user, &app),
+                state: shared.merge_into(session_state),
                 version: version(row.last_seq),
                 last_update_time: row.updated_at,
                 created_at: row.created_at,
