@@ -148,6 +148,10 @@ CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
     EXECUTE FUNCTION adk_guard_store_schema();
 ";
 
+/// `adk_append_event` as three statements, each routed to the user's
+/// worker; one server keeps the faster one-statement body of the migrations.
+const ROUTABLE_APPEND: &str = include_str!("citus_append.sql");
+
 /// Whether the database runs on Citus, as one boolean column `answer`:
 /// the one test for it, shared by the migrations and by the operations that
 /// take another path there (retention).
@@ -228,6 +232,10 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
         run_bound(conn, "SELECT truncate_local_data_after_distributing_table($1::regclass)", table)?;
     }
 
+    // Before the functions are distributed, so that the workers get this
+    // body; on a store distributed before, Citus sends the new body on. One
+    // batch is one transaction, so the file's SET LOCAL covers it all.
+    conn.batch_execute(ROUTABLE_APPEND).map_err(|e| citus_error("installing the append Citus routes", e))?;
     for function in functions_taking_a_user(conn)? {
         run_bound(
             conn,
