@@ -1,171 +1,20 @@
 SET LOCAL lock_timeout = '5s';
 
--- The append and the get as statements Citus routes to the one shard of
--- the user, with the same outcomes on one server.
+-- The get as a statement Citus routes to the one shard of the user, with
+-- the same outcome on one server.
 --
--- Citus plans a CTE that inserts (the append's lock, insert and update in
--- one statement, migration 10) through intermediate results sent to every
--- node, and a statement with a subquery correlated to the session row (the
--- get's user and app state) against every shard: measured on a coordinator
--- and two workers, a get took 66 ms and every append sent commands from its
--- worker to the others. Now:
+-- Citus sends a statement with a subquery correlated to the session row
+-- (the get's user and app state) to every shard: measured on a coordinator
+-- and two workers, a get took 66 ms. The get now reads user and app state
+-- by its arguments rather than by the session row's columns, which the
+-- WHERE makes equal. On Citus the new body is propagated to the workers as
+-- the function is distributed.
 --
--- * The append's common path is three statements: the locking read with
---   every check in its WHERE, the insert of the event (ON CONFLICT DO
---   NOTHING on its event id), and the update of the session, run only when
---   the insert stored a row. Locks are taken in the same order as before:
---   the session row, then the event, then the session update. On one
---   server the function still runs in one round trip, on cached plans; each
---   statement adds an executor start of its own.
--- * The get reads user and app state by its arguments rather than by the
---   session row's columns, which the WHERE makes equal.
---
--- Everything else is as migration 10 and migration 18 left it. On Citus the
--- new bodies are propagated to the workers as the functions are distributed.
-
-CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
- RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
- LANGUAGE plpgsql
- SECURITY DEFINER
-AS $$
-#variable_conflict use_column
-DECLARE
-    s             record;
-    prior_seq     bigint;
-    prior_payload jsonb;
-    lifetime      interval;
-    next_seq      bigint;
-    new_day       date;
-    new_update    timestamptz;
-    locked_day    date;
-    locked_seq    bigint;
-BEGIN
-    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
-        PERFORM adk_tenant_require(p_tenant, p_app_name);
-    END IF;
-
-    -- The common path: lock and check, insert, sequence; one statement
-    -- each, so that Citus routes every one to the user's shard (it plans a
-    -- CTE that inserts through intermediate results on every node).
-    SELECT a.session_day, a.last_seq INTO locked_day, locked_seq
-      FROM adk_sessions a
-     WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-       AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
-       AND a.closed_at IS NULL
-       AND coalesce(a.created_at + coalesce(
-               (SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
-                  FROM adk_store_policy p),
-               adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
-       AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
-       FOR NO KEY UPDATE OF a;
-    IF FOUND THEN
-        INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
-                                      invocation_id, author, event_ts, payload)
-        VALUES (p_app_name, p_user_id, p_session_id, locked_day, locked_seq + 1, p_event_id,
-                p_invocation_id, p_author, p_event_ts, p_payload)
-        ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
-        RETURNING ev.seq INTO next_seq;
-        IF next_seq IS NOT NULL THEN
-            -- now() is the transaction start; a writer that waited for the
-            -- lock may have started before the one it waited for, so never
-            -- step backwards. The state is merged only when the delta has keys.
-            UPDATE adk_sessions a
-               SET last_seq = next_seq,
-                   updated_at = greatest(pg_catalog.now(), a.updated_at),
-                   state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                                THEN a.state || p_session_delta ELSE a.state END
-             WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-            RETURNING a.session_day, a.updated_at INTO new_day, new_update;
-        END IF;
-    END IF;
-
-    IF next_seq IS NULL THEN
-        -- Nothing stored: find out why, in migration 8's order.
-        SELECT a.last_seq, a.session_day, a.created_at, a.updated_at, a.expires_at,
-               a.closed_at, a.successor_id
-          INTO s
-          FROM adk_sessions a
-         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-           FOR NO KEY UPDATE;
-
-        IF NOT FOUND OR (s.expires_at IS NOT NULL AND s.expires_at <= pg_catalog.now()) THEN
-            RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::date, NULL::timestamptz,
-                                NULL::jsonb, NULL::text, NULL::interval;
-            RETURN;
-        END IF;
-
-        -- A retry of an append that already succeeded: answer with what is
-        -- stored. Planned with its arguments on every call (EXECUTE), so no
-        -- plan made while the partition was small outlives its growth.
-        EXECUTE 'SELECT e.seq, e.payload FROM adk_events e
-                  WHERE e.app_name = $1 AND e.user_id = $2 AND e.session_id = $3
-                    AND e.session_day = $4 AND e.event_id = $5'
-           INTO prior_seq, prior_payload
-          USING p_app_name, p_user_id, p_session_id, s.session_day, p_event_id;
-        IF prior_seq IS NOT NULL THEN
-            RETURN QUERY SELECT CASE WHEN prior_payload = p_payload THEN 'replayed' ELSE 'duplicate' END,
-                                prior_seq, s.session_day, s.updated_at, prior_payload, NULL::text, NULL::interval;
-            RETURN;
-        END IF;
-
-        IF s.closed_at IS NOT NULL THEN
-            RETURN QUERY SELECT 'closed'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                s.successor_id, NULL::interval;
-            RETURN;
-        END IF;
-        SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
-          INTO lifetime FROM adk_store_policy p;
-        lifetime := coalesce(lifetime, adk_policy_seconds(p_max_lifetime));
-        IF lifetime IS NOT NULL AND s.created_at + lifetime <= pg_catalog.now() THEN
-            RETURN QUERY SELECT 'too_old'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                NULL::text, lifetime;
-            RETURN;
-        END IF;
-        IF p_expected_seq IS NOT NULL AND p_expected_seq <> s.last_seq THEN
-            RETURN QUERY SELECT 'stale'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                NULL::text, NULL::interval;
-            RETURN;
-        END IF;
-
-        -- No reason: the session changed between the two statements. Store
-        -- the event as migration 8 did, under the row lock taken above.
-        next_seq := s.last_seq + 1;
-        new_day := s.session_day;
-        new_update := greatest(pg_catalog.now(), s.updated_at);
-        INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id,
-                                invocation_id, author, event_ts, payload)
-        VALUES (p_app_name, p_user_id, p_session_id, s.session_day, next_seq, p_event_id,
-                p_invocation_id, p_author, p_event_ts, p_payload);
-        UPDATE adk_sessions a
-           SET last_seq = next_seq, updated_at = new_update,
-               state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                            THEN a.state || p_session_delta ELSE a.state END
-         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id;
-    END IF;
-
-    IF p_user_delta IS NOT NULL AND p_user_delta <> '{}'::jsonb THEN
-        INSERT INTO adk_user_states AS u (app_name, user_id, state)
-        VALUES (p_app_name, p_user_id, p_user_delta)
-        ON CONFLICT (app_name, user_id)
-        DO UPDATE SET state = u.state || EXCLUDED.state, updated_at = EXCLUDED.updated_at;
-    END IF;
-    IF p_app_delta IS NOT NULL AND p_app_delta <> '{}'::jsonb THEN
-        INSERT INTO adk_app_states AS a (app_name, state)
-        VALUES (p_app_name, p_app_delta)
-        ON CONFLICT (app_name)
-        DO UPDATE SET state = a.state || EXCLUDED.state, updated_at = EXCLUDED.updated_at;
-    END IF;
-
-    outcome := 'stored';
-    seq := next_seq;
-    session_day := new_day;
-    updated_at := new_update;
-    payload := NULL;
-    successor_id := NULL;
-    max_lifetime := NULL;
-    RETURN NEXT;
-END;
-$$;
+-- The append needs the same on Citus, where a CTE that inserts is planned
+-- through intermediate results sent to every node. Its three-statement
+-- body there is Citus' own (crates/schema/src/citus_append.sql, installed
+-- by the distribution step): on one server it cost a quarter of the
+-- appends against migration 10's one statement, which stays here.
 
 CREATE OR REPLACE FUNCTION adk_get_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint)
  RETURNS TABLE(state jsonb, last_seq bigint, session_day date, created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, closed_at timestamp with time zone, successor_id text, display_name text, labels jsonb, user_state jsonb, app_state jsonb, payload jsonb)
@@ -218,17 +67,12 @@ END;
 $$;
 
 -- CREATE OR REPLACE resets a function's SET clauses: pin the path again,
--- and say again that PUBLIC may not execute them.
+-- and say again that PUBLIC may not execute it.
 DO $$
 BEGIN
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, '
-        'jsonb, bigint, interval) SET search_path = pg_catalog, %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION adk_get_session(text, text, text, text, bigint, bigint) '
         'SET search_path = pg_catalog, %I, pg_temp', pg_catalog.current_schema());
 END;
 $$;
-REVOKE EXECUTE ON FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb,
-    jsonb, jsonb, bigint, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION adk_get_session(text, text, text, text, bigint, bigint) FROM PUBLIC;

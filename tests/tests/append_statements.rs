@@ -1,6 +1,6 @@
 //! On one server an append's common path is one SQL statement inside
 //! `adk_append_event`: the lock, the insert and the sequencing as one CTE
-//! (migration 20). The three-statement body Citus needs (installed by the
+//! (migration 10). The three-statement body Citus needs (installed by the
 //! distribution step, pinned by `citus.rs`) cost a quarter of the appends
 //! here, and nothing but a count of the statements the function ran tells
 //! the two apart: both store the same events with the same outcomes.

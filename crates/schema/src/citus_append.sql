@@ -2,7 +2,7 @@
 -- the distribution step after the migrations (crates/schema/src/citus.rs).
 --
 -- One server runs the same checks and outcomes as one statement (migration
--- 20). Citus plans a CTE that inserts through intermediate results sent to
+-- 10), a quarter more appends there. Citus plans a CTE that inserts through intermediate results sent to
 -- every node, with a two-phase commit on every append, so here the common
 -- path is three statements: the locking read with every check in its WHERE,
 -- the insert of the event (ON CONFLICT DO NOTHING on its event id), and the
