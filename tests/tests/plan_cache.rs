@@ -8,15 +8,17 @@
 //! While statistics say today's partition holds a handful of rows, a
 //! sequential scan plus a sort is the cheapest way to read it, so the generic
 //! plan reads every row of the partition on every call, long after it holds
-//! tens of thousands. So the store's functions read a partition only
-//! through `EXECUTE` (planned with its arguments on every call): the event
-//! read of `adk_get_session`, and the replay lookup of `adk_append_event`,
-//! whose common path reads no partition at all.
+//! tens of thousands. So `adk_get_session` keeps one generic plan for its
+//! event read made with sequential scans off (migration 20: an index read
+//! whatever the statistics said, never planned again, the session's
+//! partition chosen as the plan starts), and `adk_append_event` reads a
+//! partition only on its rare replay path, through `EXECUTE`.
 //!
 //! The warm connection also calls a control: the same event read as static
-//! PL/pgSQL, as the store's functions were once written. The control must
-//! show the sequential scans (else this test could not notice the fix going
-//! missing); the store's functions must show none.
+//! PL/pgSQL under the default settings, as the store's functions were once
+//! written. The control must show the sequential scans (else this test
+//! could not notice the fix going missing); the store's functions must show
+//! none, and the get must touch no other partition of `adk_events`.
 
 use adk_postgres_testing::{TestDatabase, test_database};
 use adk_postgres_tests::pg::client;
@@ -60,6 +62,8 @@ const APPEND_SQL: &str = "SELECT outcome FROM adk_append_event(NULL, 'app', 'use
 struct Scans {
     seq: i64,
     idx: i64,
+    /// Scans of every other partition of `adk_events`, of either kind.
+    elsewhere: i64,
 }
 
 #[derive(Debug)]
@@ -89,6 +93,7 @@ async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
         let Outcome { partition, get_session, append_event, .. } = &outcome;
         assert_eq!(get_session.seq, 0, "adk_get_session scanned {partition} sequentially: {outcome:?}");
         assert!(get_session.idx >= MEASURED_CALLS as i64, "adk_get_session used no index: {outcome:?}");
+        assert_eq!(get_session.elsewhere, 0, "adk_get_session read partitions besides {partition}: {outcome:?}");
         assert_eq!(append_event.seq, 0, "adk_append_event scanned {partition} sequentially: {outcome:?}");
 
         // The control reproduces the failure: a cached generic plan scans
@@ -200,7 +205,7 @@ async fn scans_during(warm: &Client, reader: &Client, partition: &str, calls: im
     calls.await;
     flush(warm).await;
     let after = scans(reader, partition).await;
-    Scans { seq: after.seq - before.seq, idx: after.idx - before.idx }
+    Scans { seq: after.seq - before.seq, idx: after.idx - before.idx, elsewhere: after.elsewhere - before.elsewhere }
 }
 
 /// A backend reports its counters when it goes idle, at most once a second
@@ -213,10 +218,18 @@ async fn scans(reader: &Client, partition: &str) -> Scans {
     reader.batch_execute("SELECT pg_stat_clear_snapshot()").await.expect("fresh statistics");
     let row = reader
         .query_one(
-            "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = $1",
+            "SELECT coalesce(sum(t.seq_scan) FILTER (WHERE t.relname = $1), 0)::bigint,
+                    coalesce(sum(t.idx_scan) FILTER (WHERE t.relname = $1), 0)::bigint,
+                    coalesce(sum(coalesce(t.seq_scan, 0) + coalesce(t.idx_scan, 0))
+                             FILTER (WHERE t.relname <> $1), 0)::bigint,
+                    count(*) FILTER (WHERE t.relname <> $1)
+               FROM pg_stat_user_tables t JOIN pg_inherits i ON i.inhrelid = t.relid
+              WHERE i.inhparent = 'adk_events'::regclass",
             &[&partition],
         )
         .await
         .expect("partition statistics");
-    Scans { seq: row.get(0), idx: row.get(1) }
+    // Without other partitions, "none read elsewhere" would prove nothing.
+    assert!(row.get::<_, i64>(3) > 0, "adk_events has no partition besides {partition}");
+    Scans { seq: row.get(0), idx: row.get(1), elsewhere: row.get(2) }
 }
