@@ -53,13 +53,23 @@ const REFERENCE_TABLES: &[(&str, &[&str])] = &[
     ("adk_app_states", &[]),
 ];
 
-/// Settings the store's functions carry on Citus only. Row-level security
-/// on a shard calls adk_acting_app(), whose read of the bindings (a
-/// reference table) Citus refuses inside a shard query as nested
-/// distributed execution. The refusal guards against reading other shards
-/// of distributed tables from a worker; a reference table has a full copy
-/// on every node, so the nested read is local and exact.
-const FUNCTION_SETTINGS: &[(&str, &str)] = &[("adk_acting_app()", "citus.allow_nested_distributed_execution")];
+/// Settings the store's functions carry on Citus only: function, setting,
+/// value.
+///
+/// Row-level security on a shard calls adk_acting_app(), whose read of the
+/// bindings (a reference table) Citus refuses inside a shard query as
+/// nested distributed execution. The refusal guards against reading other
+/// shards of distributed tables from a worker; a reference table has a full
+/// copy on every node, so the nested read is local and exact.
+///
+/// One server keeps one generic plan of the get's event read (migration
+/// 20); Citus cannot make one ("could not create distributed plan"), so
+/// there the read is planned with its arguments on every call, as it was
+/// through EXECUTE, still with sequential scans off.
+const FUNCTION_SETTINGS: &[(&str, &str, &str)] = &[
+    ("adk_acting_app()", "citus.allow_nested_distributed_execution", "on"),
+    ("adk_get_session(text, text, text, text, bigint, bigint)", "plan_cache_mode", "force_custom_plan"),
+];
 
 /// Settings of the database on Citus. A tenant set with `SET LOCAL
 /// adk.app_name` in a transaction reaches the workers, where row-level
@@ -243,10 +253,13 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
             &function,
         )?;
     }
-    for (function, setting) in FUNCTION_SETTINGS {
-        // ALTER FUNCTION takes no parameters; the names are constants.
-        conn.batch_execute(&format!("ALTER FUNCTION {function} SET {setting} = on"))
-            .map_err(|e| citus_error(&format!("setting {setting} on {function}"), e))?;
+    for (function, setting, value) in FUNCTION_SETTINGS {
+        // ALTER FUNCTION takes no parameters; the names are constants. One
+        // batch is one transaction, so SET LOCAL covers the ALTER.
+        conn.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '5s'; ALTER FUNCTION {function} SET {setting} = {value}"
+        ))
+        .map_err(|e| citus_error(&format!("setting {setting} on {function}"), e))?;
     }
     install_schema_guard(conn)?;
     for (setting, value) in DATABASE_SETTINGS {
