@@ -158,9 +158,14 @@ CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
     EXECUTE FUNCTION adk_guard_store_schema();
 ";
 
-/// `adk_append_event` as three statements, each routed to the user's
-/// worker; one server keeps the faster one-statement body of the migrations.
-const ROUTABLE_APPEND: &str = include_str!("citus_append.sql");
+/// Bodies Citus gets instead of the migrations' faster one-statement ones,
+/// each with what it is for errors: the append as three statements, each
+/// routed to the user's worker, and the create without the subqueries
+/// Citus rejects in an INSERT.
+const CITUS_BODIES: &[(&str, &str)] = &[
+    ("installing the append Citus routes", include_str!("citus_append.sql")),
+    ("installing the create Citus accepts", include_str!("citus_create.sql")),
+];
 
 /// Whether the database runs on Citus, as one boolean column `answer`:
 /// the one test for it, shared by the migrations and by the operations that
@@ -242,10 +247,12 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
         run_bound(conn, "SELECT truncate_local_data_after_distributing_table($1::regclass)", table)?;
     }
 
-    // Before the functions are distributed, so that the workers get this
-    // body; on a store distributed before, Citus sends the new body on. One
-    // batch is one transaction, so the file's SET LOCAL covers it all.
-    conn.batch_execute(ROUTABLE_APPEND).map_err(|e| citus_error("installing the append Citus routes", e))?;
+    // Before the functions are distributed, so that the workers get these
+    // bodies; on a store distributed before, Citus sends the new bodies on.
+    // One batch is one transaction, so each file's SET LOCAL covers it all.
+    for (what, body) in CITUS_BODIES {
+        conn.batch_execute(body).map_err(|e| citus_error(what, e))?;
+    }
     for function in functions_taking_a_user(conn)? {
         run_bound(
             conn,

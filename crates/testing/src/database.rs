@@ -459,6 +459,7 @@ fn migrations_fingerprint() -> u64 {
     // The Citus step after the migrations shapes the template too.
     files.push(root.join("../crates/schema/src/citus.rs"));
     files.push(root.join("../crates/schema/src/citus_append.sql"));
+    files.push(root.join("../crates/schema/src/citus_create.sql"));
     for file in files {
         hash.write(file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().as_bytes());
         hash.write(&[0]);
