@@ -8,20 +8,27 @@
 //! While statistics say today's partition holds a handful of rows, a
 //! sequential scan plus a sort is the cheapest way to read it, so the generic
 //! plan reads every row of the partition on every call, long after it holds
-//! tens of thousands. So `adk_get_session` keeps one generic plan for its
-//! event read made with sequential scans off (migration 20: an index read
-//! whatever the statistics said, never planned again, the session's
-//! partition chosen as the plan starts), and `adk_append_event` reads a
-//! partition only on its rare replay path, through `EXECUTE`.
+//! tens of thousands. So `adk_get_session` and the change feed's
+//! `adk_read_events_after` keep one generic plan for their event reads made
+//! with sequential scans off (migrations 20 and 22: an index read whatever
+//! the statistics said, never planned again, the session's partition chosen
+//! as the plan starts), and `adk_append_event` reads a partition only on its
+//! rare replay path, through `EXECUTE`.
+//!
+//! The list's page read reads `adk_sessions`, which is not partitioned but
+//! grows the same way; its plan is kept and made with sequential scans off
+//! too (migration 23), which also spares the list the planning that the
+//! default mode did on every call.
 //!
 //! The warm connection also calls a control: the same event read as static
 //! PL/pgSQL under the default settings, as the store's functions were once
 //! written. The control must show the sequential scans (else this test
 //! could not notice the fix going missing); the store's functions must show
-//! none, and the get must touch no other partition of `adk_events`.
+//! none, and the get and the feed must touch no other partition of
+//! `adk_events`.
 
-use adk_postgres_testing::{TestDatabase, test_database};
-use adk_postgres_tests::pg::client;
+use adk_postgres_testing::{TestDatabase, drain_notices, test_database};
+use adk_postgres_tests::pg::{client, client_with_notices};
 use tokio_postgres::Client;
 
 /// Calls on the warm connection while today's partition is small: past the
@@ -36,6 +43,19 @@ const FILL_EVENTS: i32 = 100;
 /// As the store reads a session: the latest events, limited.
 const GET_SQL: &str =
     "SELECT payload FROM adk_get_session(NULL, 'app', 'user', 'warm', NULL, 20) WHERE payload IS NOT NULL";
+
+/// As the change feed reads a session: the events after a seq, a page.
+const FEED_SQL: &str =
+    "SELECT seq FROM adk_read_events_after(NULL, 'app', 'user', 'warm', 1, 20) WHERE seq IS NOT NULL";
+
+/// As the store lists a user's sessions: one page, no label filter.
+const LIST_SQL: &str = "SELECT session_id FROM adk_list_sessions(NULL, 'app', 'user', NULL, NULL, 201)";
+/// The same with a label filter, which takes another statement.
+const LABELLED_LIST_SQL: &str =
+    "SELECT session_id FROM adk_list_sessions(NULL, 'app', 'user', NULL, NULL, 201, '{\"team\": \"a\"}')";
+/// The user's sessions, and the sessions of others added after the warm-up.
+const LISTED_SESSIONS: i32 = 20;
+const OTHER_SESSIONS: i32 = 20_000;
 
 /// The control: the same event read as a static PL/pgSQL statement, whose
 /// plan the connection caches.
@@ -71,6 +91,7 @@ struct Outcome {
     partition: String,
     control: Scans,
     get_session: Scans,
+    read_events_after: Scans,
     append_event: Scans,
 }
 
@@ -90,10 +111,12 @@ async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
         eprintln!("{outcome:?}");
 
         // The store's functions reach the filled partition by index only.
-        let Outcome { partition, get_session, append_event, .. } = &outcome;
-        assert_eq!(get_session.seq, 0, "adk_get_session scanned {partition} sequentially: {outcome:?}");
-        assert!(get_session.idx >= MEASURED_CALLS as i64, "adk_get_session used no index: {outcome:?}");
-        assert_eq!(get_session.elsewhere, 0, "adk_get_session read partitions besides {partition}: {outcome:?}");
+        let Outcome { partition, get_session, read_events_after, append_event, .. } = &outcome;
+        for (function, scans) in [("adk_get_session", get_session), ("adk_read_events_after", read_events_after)] {
+            assert_eq!(scans.seq, 0, "{function} scanned {partition} sequentially: {outcome:?}");
+            assert!(scans.idx >= MEASURED_CALLS as i64, "{function} used no index: {outcome:?}");
+            assert_eq!(scans.elsewhere, 0, "{function} read partitions besides {partition}: {outcome:?}");
+        }
         assert_eq!(append_event.seq, 0, "adk_append_event scanned {partition} sequentially: {outcome:?}");
 
         // The control reproduces the failure: a cached generic plan scans
@@ -107,6 +130,111 @@ async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
         "control: a static PL/pgSQL read did not scan the filled partition sequentially in {ATTEMPTS} runs, so \
          this test cannot tell the fix from its absence: {outcomes:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_connection_lists_on_one_plan_that_reads_a_grown_table_by_its_key() {
+    let db = test_database().await;
+    let owner = client(db.url()).await;
+    owner
+        .execute(
+            "INSERT INTO adk_sessions (app_name, user_id, session_id)
+             SELECT 'app', 'user', 's' || g FROM generate_series(1, $1) g",
+            &[&LISTED_SESSIONS],
+        )
+        .await
+        .expect("the user's sessions");
+    // As for the partition above: statistics that say "small", and nothing
+    // that invalidates the warm connection's plans afterwards.
+    owner
+        .batch_execute(
+            "ALTER TABLE adk_sessions SET (autovacuum_enabled = off);
+             ANALYZE adk_sessions;
+             CREATE EXTENSION IF NOT EXISTS pg_stat_statements;",
+        )
+        .await
+        .expect("small statistics");
+    let warm = client(db.url()).await;
+    // Plans of the statements inside the function are counted too.
+    warm.batch_execute("SET pg_stat_statements.track = 'all'; SET pg_stat_statements.track_planning = on")
+        .await
+        .expect("count plans");
+    owner.batch_execute("SELECT pg_stat_statements_reset()").await.expect("reset");
+    for _ in 0..WARM_CALLS {
+        let rows = warm.query(LIST_SQL, &[]).await.expect("warm list");
+        assert_eq!(rows.len(), LISTED_SESSIONS as usize);
+    }
+
+    owner
+        .execute(
+            "INSERT INTO adk_sessions (app_name, user_id, session_id)
+             SELECT 'app', 'other-' || (g % 200), 's' || g FROM generate_series(1, $1) g",
+            &[&OTHER_SESSIONS],
+        )
+        .await
+        .expect("other users' sessions");
+    flush(&warm).await;
+    let before = table_scans(&owner, "adk_sessions").await;
+    for _ in 0..MEASURED_CALLS {
+        let rows = warm.query(LIST_SQL, &[]).await.expect("list after the table grew");
+        assert_eq!(rows.len(), LISTED_SESSIONS as usize);
+    }
+    flush(&warm).await;
+    let after = table_scans(&owner, "adk_sessions").await;
+    let (seq, idx) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(seq, 0, "the list scanned adk_sessions sequentially ({idx} index scans)");
+    assert!(idx >= MEASURED_CALLS as i64, "the list used no index ({seq} sequential scans)");
+
+    let row = owner
+        .query_one(
+            "SELECT coalesce(sum(plans), 0)::bigint, coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query LIKE '%FROM adk_sessions s%' AND query LIKE '%WINDOW w AS%'",
+            &[],
+        )
+        .await
+        .expect("plans of the page read");
+    let (plans, calls): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!(calls, (WARM_CALLS + MEASURED_CALLS) as i64, "the page read ran once per list");
+    assert_eq!(plans, 1, "the page read was planned {plans} times in {calls} lists on one connection");
+
+    // A label filter is planned with its value on every call (auto_explain
+    // shows the value in the plan, where a generic plan has `$3`), and the
+    // function's exit leaves the connection's own setting as it was.
+    let (explaining, logged) = client_with_notices(db.url()).await;
+    explaining
+        .batch_execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on; SET client_min_messages = log;",
+        )
+        .await
+        .expect("auto_explain");
+    for _ in 0..MEASURED_CALLS {
+        drain_notices(&logged);
+        explaining.query(LABELLED_LIST_SQL, &[]).await.expect("list with a label filter");
+        let plans = drain_notices(&logged);
+        let plan = plans
+            .iter()
+            .find(|p| p.contains("FROM adk_sessions s") && p.contains("@>"))
+            .unwrap_or_else(|| panic!("no plan of the filtered page logged: {plans:?}"));
+        assert!(plan.contains(r#"'{"team": "a"}'"#), "the filter's value was not planned with:\n{plan}");
+    }
+    let mode: String = explaining.query_one("SHOW plan_cache_mode", &[]).await.expect("mode").get(0);
+    assert_eq!(mode, "auto", "the list changed the connection's plan_cache_mode");
+}
+
+/// Sequential and index scans of `table` so far, from the server's
+/// statistics on `reader`.
+async fn table_scans(reader: &Client, table: &str) -> (i64, i64) {
+    reader.batch_execute("SELECT pg_stat_clear_snapshot()").await.expect("fresh statistics");
+    let row = reader
+        .query_one(
+            "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = $1",
+            &[&table],
+        )
+        .await
+        .expect("table statistics");
+    (row.get(0), row.get(1))
 }
 
 /// Warms one connection on a small partition, fills the partition from
@@ -148,6 +276,8 @@ async fn warm_then_fill(db: &TestDatabase) -> Outcome {
     for n in 0..WARM_CALLS {
         let rows = warm.query(GET_SQL, &[]).await.expect("warm read");
         assert!(!rows.is_empty());
+        let rows = warm.query(FEED_SQL, &[]).await.expect("warm feed read");
+        assert!(!rows.is_empty());
         let rows = warm.query(CONTROL_SQL, &[&day]).await.expect("warm control read");
         assert!(!rows.is_empty());
         let row = warm.query_one(APPEND_SQL, &[&format!("warm-{n}")]).await.expect("warm append");
@@ -187,6 +317,12 @@ async fn warm_then_fill(db: &TestDatabase) -> Outcome {
         }
     })
     .await;
+    let read_events_after = scans_during(&warm, &owner, &partition, async {
+        for _ in 0..MEASURED_CALLS {
+            warm.query(FEED_SQL, &[]).await.expect("feed read after the fill");
+        }
+    })
+    .await;
     let append_event = scans_during(&warm, &owner, &partition, async {
         for n in 0..MEASURED_CALLS {
             let row = warm.query_one(APPEND_SQL, &[&format!("after-{n}")]).await.expect("append after the fill");
@@ -194,7 +330,7 @@ async fn warm_then_fill(db: &TestDatabase) -> Outcome {
         }
     })
     .await;
-    Outcome { partition, control, get_session, append_event }
+    Outcome { partition, control, get_session, read_events_after, append_event }
 }
 
 /// The scans of `partition` that `calls` on `warm` made, read from the

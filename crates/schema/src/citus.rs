@@ -62,13 +62,21 @@ const REFERENCE_TABLES: &[(&str, &[&str])] = &[
 /// shards of distributed tables from a worker; a reference table has a full
 /// copy on every node, so the nested read is local and exact.
 ///
-/// One server keeps one generic plan of the get's event read (migration
-/// 20); Citus cannot make one ("could not create distributed plan"), so
-/// there the read is planned with its arguments on every call, as it was
-/// through EXECUTE, still with sequential scans off.
+/// One server keeps one generic plan of the get's and the feed's event
+/// reads and of the list's page (migrations 20, 22 and 23); Citus cannot
+/// make one ("could not create distributed plan"), so there they are
+/// planned with their arguments on every call, as they were before, still
+/// with sequential scans off.
 const FUNCTION_SETTINGS: &[(&str, &str, &str)] = &[
     ("adk_acting_app()", "citus.allow_nested_distributed_execution", "on"),
     ("adk_get_session(text, text, text, text, bigint, bigint)", "plan_cache_mode", "force_custom_plan"),
+    ("adk_read_events_after(text, text, text, text, bigint, integer)", "plan_cache_mode", "force_custom_plan"),
+    (
+        "adk_list_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb, timestamp with time zone, \
+         timestamp with time zone)",
+        "plan_cache_mode",
+        "force_custom_plan",
+    ),
 ];
 
 /// Settings of the database on Citus. A tenant set with `SET LOCAL
