@@ -106,6 +106,21 @@ pub async fn client_with_notices(url: &str) -> (Client, Notices) {
     adk_postgres_testing::connect_with_notices(url).await.unwrap_or_else(|e| panic!("connect for raw SQL: {e}"))
 }
 
+/// A client on which `auto_explain` logs the plan of every statement as it
+/// ran, those inside functions too, as notices that [`drain`] takes: how a
+/// test sees the plan a store function used.
+pub async fn client_explaining(url: &str) -> (Client, Notices) {
+    let (client, notices) = client_with_notices(url).await;
+    client
+        .batch_execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on; SET client_min_messages = log;",
+        )
+        .await
+        .expect("auto_explain");
+    (client, notices)
+}
+
 /// The text of `EXPLAIN (COSTS OFF) <sql>`.
 pub async fn explain(client: &Client, sql: &str) -> String {
     let rows = client.query(&format!("EXPLAIN (COSTS OFF) {sql}"), &[]).await.expect("explain");

@@ -27,8 +27,8 @@
 //! none, and the get and the feed must touch no other partition of
 //! `adk_events`.
 
-use adk_postgres_testing::{TestDatabase, drain_notices, test_database};
-use adk_postgres_tests::pg::{client, client_with_notices};
+use adk_postgres_testing::{TestDatabase, test_database};
+use adk_postgres_tests::pg::{client, client_explaining, drain};
 use tokio_postgres::Client;
 
 /// Calls on the warm connection while today's partition is small: past the
@@ -201,18 +201,11 @@ async fn a_warm_connection_lists_on_one_plan_that_reads_a_grown_table_by_its_key
     // A label filter is planned with its value on every call (auto_explain
     // shows the value in the plan, where a generic plan has `$3`), and the
     // function's exit leaves the connection's own setting as it was.
-    let (explaining, logged) = client_with_notices(db.url()).await;
-    explaining
-        .batch_execute(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
-             SET auto_explain.log_nested_statements = on; SET client_min_messages = log;",
-        )
-        .await
-        .expect("auto_explain");
+    let (explaining, logged) = client_explaining(db.url()).await;
     for _ in 0..MEASURED_CALLS {
-        drain_notices(&logged);
+        drain(&logged);
         explaining.query(LABELLED_LIST_SQL, &[]).await.expect("list with a label filter");
-        let plans = drain_notices(&logged);
+        let plans = drain(&logged);
         let plan = plans
             .iter()
             .find(|p| p.contains("FROM adk_sessions s") && p.contains("@>"))

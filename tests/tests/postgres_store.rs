@@ -6,7 +6,7 @@ use std::time::Duration;
 use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::test_database;
-use adk_postgres_tests::pg::{client, client_with_notices, drain, new_session, store};
+use adk_postgres_tests::pg::{client, client_explaining, drain, new_session, store};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -58,14 +58,7 @@ async fn get_reads_one_partition_of_forty() {
 
     // The store reads events through adk_get_session; auto_explain shows the
     // plan of the statement inside it, as executed, under both plan modes.
-    let (explaining, plans) = client_with_notices(db.url()).await;
-    explaining
-        .batch_execute(
-            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
-             SET auto_explain.log_nested_statements = on; SET client_min_messages = log;",
-        )
-        .await
-        .expect("auto_explain");
+    let (explaining, plans) = client_explaining(db.url()).await;
     let expected = format!("adk_events_p{}", day.replace('-', ""));
     for mode in ["force_custom_plan", "force_generic_plan"] {
         explaining.batch_execute(&format!("SET plan_cache_mode = {mode}")).await.expect("plan mode");
