@@ -456,14 +456,19 @@ fn migrations_fingerprint() -> u64 {
         // crate; its version is the next best identity.
         hash.write(concat!("adk-postgres-schema@", env!("CARGO_PKG_VERSION")).as_bytes());
     }
-    // The Citus step after the migrations shapes the template too.
+    // The Citus step after the migrations shapes the template too: its
+    // code, and every body it installs, from the list it installs them from.
     files.push(root.join("../crates/schema/src/citus.rs"));
-    files.push(root.join("../crates/schema/src/citus_append.sql"));
-    files.push(root.join("../crates/schema/src/citus_create.sql"));
     for file in files {
         hash.write(file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().as_bytes());
         hash.write(&[0]);
         hash.write(&std::fs::read(&file).unwrap_or_default());
+        hash.write(&[0]);
+    }
+    for (what, body) in adk_postgres_schema::citus::CITUS_BODIES {
+        hash.write(what.as_bytes());
+        hash.write(&[0]);
+        hash.write(body.as_bytes());
         hash.write(&[0]);
     }
     hash.0
