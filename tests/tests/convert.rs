@@ -644,7 +644,12 @@ async fn appends_continue_through_the_conversion() {
                 match sql.execute(LEGACY_APPEND, &[&user, &session]).await {
                     Ok(1) => ok += 1,
                     Ok(n) => failures.push(format!("{n} rows")),
-                    Err(e) => failures.push(e.to_string()),
+                    // tokio-postgres' Display says only "db error"; a
+                    // failure here must name its SQLSTATE and message.
+                    Err(e) => failures.push(match e.as_db_error() {
+                        Some(db) => format!("{} {}: {}", db.code().code(), db.severity(), db.message()),
+                        None => format!("{e:?}"),
+                    }),
                 }
             }
             (ok, failures)
