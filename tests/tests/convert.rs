@@ -611,6 +611,9 @@ async fn the_owner_and_grants_of_the_old_table_carry_over() {
 /// What the legacy application does once step 2 is deployed: lock the
 /// session row, take the next seq and bind the session's day into the
 /// insert, in one statement.
+/// Concurrent legacy writers in `appends_continue_through_the_conversion`.
+const WRITERS: usize = 4;
+
 const LEGACY_APPEND: &str = "
 WITH s AS (
     SELECT app_name, user_id, session_id, session_day, last_seq FROM adk_sessions
@@ -632,34 +635,46 @@ async fn appends_continue_through_the_conversion() {
         .await
         .expect("step 1");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (url, stop) = (db.url().to_owned(), Arc::clone(&stop));
-        tokio::spawn(async move {
-            let sql = client(&url).await;
-            let (mut ok, mut failures) = (0_i64, Vec::new());
-            let mut s = 0_i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                s = s % 40 + 1;
-                let (user, session) = (format!("user-{}", s % 100), format!("session-{s}"));
-                match sql.execute(LEGACY_APPEND, &[&user, &session]).await {
-                    Ok(1) => ok += 1,
-                    Ok(n) => failures.push(format!("{n} rows")),
-                    // tokio-postgres' Display says only "db error"; a
-                    // failure here must name its SQLSTATE and message.
-                    Err(e) => failures.push(match e.as_db_error() {
-                        Some(db) => format!("{} {}: {}", db.code().code(), db.severity(), db.message()),
-                        None => format!("{e:?}"),
-                    }),
+    // Several writers, so that some statement is always between its lock
+    // on adk_sessions and its lock on adk_events when a step takes its
+    // locks: a step locking in the other order deadlocks with it.
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (url, stop) = (db.url().to_owned(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let sql = client(&url).await;
+                let (mut ok, mut failures) = (0_i64, Vec::new());
+                let mut s = w;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Each writer keeps to its own sessions: the test is
+                    // about the conversion's locks, not the writers' own.
+                    s = (s + WRITERS) % 40;
+                    let (user, session) = (format!("user-{}", (s + 1) % 100), format!("session-{}", s + 1));
+                    match sql.execute(LEGACY_APPEND, &[&user, &session]).await {
+                        Ok(1) => ok += 1,
+                        Ok(n) => failures.push(format!("{n} rows")),
+                        // tokio-postgres' Display says only "db error"; a
+                        // failure here must name its SQLSTATE and message.
+                        Err(e) => failures.push(match e.as_db_error() {
+                            Some(db) => format!("{} {}: {}", db.code().code(), db.severity(), db.message()),
+                            None => format!("{e:?}"),
+                        }),
+                    }
                 }
-            }
-            (ok, failures)
+                (ok, failures)
+            })
         })
-    };
+        .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let report = convert_events(db.url(), cutover, &policy(), &mut |_| {}).await.expect("the rest, under load");
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (ok, failures) = writer.await.expect("writer");
+    let (mut ok, mut failures) = (0_i64, Vec::new());
+    for writer in writers {
+        let (done, failed) = writer.await.expect("writer");
+        ok += done;
+        failures.extend(failed);
+    }
     eprintln!("{ok} appends ran during the conversion; the swap held its locks {:?} ms", report.swap_lock_ms);
     assert!(failures.is_empty(), "appends failed during the conversion: {failures:?}");
     assert!(ok > 0);

@@ -270,8 +270,17 @@ fn plan_before_swap(catalog: &Catalog, cutover: NaiveDate, steps: &mut Vec<Conve
         None => steps.push(ConvertStep::new(
             StepKind::EventsForeignKey,
             vec![
+                // Adding the key locks adk_events and then adk_sessions,
+                // while an append locks adk_sessions (ROW SHARE for its
+                // FOR UPDATE, or ROW EXCLUSIVE, depending on whether the
+                // statement is parsed or replanned) before adk_events: the
+                // two deadlock and the live append fails. EXCLUSIVE is the
+                // weakest mode that conflicts with both, so taking it first
+                // lets every append either finish or wait before it touches
+                // adk_events. Plain reads are not blocked.
                 Action::Ddl(format!(
-                    "ALTER TABLE {events} ADD CONSTRAINT {} FOREIGN KEY ({key_list}) \
+                    "LOCK TABLE {sessions} IN EXCLUSIVE MODE; \
+                     ALTER TABLE {events} ADD CONSTRAINT {} FOREIGN KEY ({key_list}) \
                      REFERENCES {sessions} ({key_list}) ON DELETE CASCADE NOT VALID",
                     quote_ident(LEGACY_FKEY)
                 )),
