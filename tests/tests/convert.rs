@@ -698,3 +698,97 @@ async fn appends_continue_through_the_conversion() {
         .get(0);
     assert_eq!(elsewhere, 0, "old sessions keep writing into the legacy partition");
 }
+
+const WRITER_SESSION: &str = "app_name = 'app' AND user_id = 'user-1' AND session_id = 'session-1'";
+
+/// Appends lock adk_sessions, then adk_events. Adding the foreign key on
+/// its own locks them the other way round; the step must not, or a writer
+/// caught between its two locks deadlocks with it. A writer runs `before`
+/// in a transaction, the step starts and waits for it, then the writer runs
+/// `after` and commits: both must go through. The writer checks for a
+/// deadlock long before the step would, so a deadlock fails the writer
+/// (as it failed live appends), not the step, which would retry.
+async fn key_step_beside_a_writer(before: &[String], after: &[String]) {
+    let db = legacy_database(4, 5).await;
+    let cutover = utc_today();
+    let before_key = ConvertOptions { stop_after: Some(StepKind::EventsChecks.number()) };
+    convert_events_with(db.url(), cutover, &policy(), &before_key, &mut |_| {}).await.expect("up to the key");
+    let planned = plan_conversion(db.url(), cutover).await.expect("plan");
+    assert_eq!(planned.first().map(|s| s.kind), Some(StepKind::EventsForeignKey));
+    let observer = client(db.url()).await;
+    observer
+        .batch_execute(&format!("ALTER DATABASE \"{}\" SET deadlock_timeout = '1min'", db.name()))
+        .await
+        .expect("slow deadlock checks for the conversion");
+
+    let mut writer = client(db.url()).await;
+    writer.batch_execute("SET deadlock_timeout = '50ms'").await.expect("quick deadlock checks for the writer");
+    let append = writer.transaction().await.expect("begin");
+    for statement in before {
+        append.batch_execute(statement).await.expect(statement);
+    }
+    // The conversion's futures are not Send: run the step and the writer
+    // side by side on this task.
+    let (only_the_key, lock_policy, mut quiet) = (ConvertOptions { stop_after: Some(1) }, policy(), |_| {});
+    let key_step = convert_events_with(db.url(), cutover, &lock_policy, &only_the_key, &mut quiet);
+    let writer_side = async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !observer
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+                                  AND wait_event_type = 'Lock' AND query LIKE '%FOREIGN KEY%')",
+                &[],
+            )
+            .await
+            .expect("activity")
+            .get::<_, bool>(0)
+        {
+            assert!(Instant::now() < deadline, "the key step never waited for the writer");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for statement in after {
+            if let Err(e) = append.batch_execute(statement).await {
+                panic!("{statement}: {:?}", e.as_db_error().map(|db| (db.code().code(), db.message())));
+            }
+        }
+        append.commit().await.expect("commit");
+    };
+    let (stepped, ()) = tokio::join!(key_step, writer_side);
+    stepped.expect("key step");
+    convert_events(db.url(), cutover, &policy(), &mut |_| {}).await.expect("the rest");
+    assert_eq!(fingerprint(&observer).await.0, 4 * 5 + 1);
+}
+
+fn insert_next_event(seq: &str) -> String {
+    format!(
+        "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT app_name, user_id, session_id, session_day, {seq}, 'held-' || {seq}, 'user', 1, '{{}}'
+         FROM adk_sessions WHERE {WRITER_SESSION}"
+    )
+}
+
+/// A statement planned afresh (or a script) takes ROW EXCLUSIVE on
+/// adk_sessions before touching adk_events.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_step_cannot_deadlock_a_writer_holding_the_session_row_updated() {
+    key_step_beside_a_writer(
+        &[format!("UPDATE adk_sessions SET last_seq = last_seq + 1 WHERE {WRITER_SESSION}")],
+        &[insert_next_event("last_seq")],
+    )
+    .await;
+}
+
+/// The same append parsed: its `FOR NO KEY UPDATE` read takes only ROW
+/// SHARE on adk_sessions, then adk_events, then ROW EXCLUSIVE on
+/// adk_sessions for its update.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_key_step_cannot_deadlock_a_writer_holding_the_session_row_for_update() {
+    key_step_beside_a_writer(
+        &[
+            format!("SELECT 1 FROM adk_sessions WHERE {WRITER_SESSION} FOR NO KEY UPDATE"),
+            insert_next_event("last_seq + 1"),
+        ],
+        &[format!("UPDATE adk_sessions SET last_seq = last_seq + 1 WHERE {WRITER_SESSION}")],
+    )
+    .await;
+}

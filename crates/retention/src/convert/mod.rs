@@ -52,7 +52,9 @@
 //!   `NOT VALID` and then validated (a light lock), which is what lets the
 //!   attach skip its validation scan; the new foreign key carrying
 //!   `session_day`, `NOT VALID` then validated, which the attach adopts
-//!   instead of checking.
+//!   instead of checking. Adding that key is preceded by an `EXCLUSIVE`
+//!   lock on `adk_sessions`: on its own it locks `adk_events` first, the
+//!   reverse of a live append's order, and the two deadlock.
 //! * \[4\] [`StepKind::Swap`], one short transaction under `lock_timeout`
 //!   (retried whole): lock both tables, rename `adk_events` to
 //!   `adk_events_legacy`, drop its constraints without `session_day`,
