@@ -42,11 +42,15 @@ pub enum Flavor {
 }
 
 /// create, lean: one insert; the live user and app state come back in the
-/// same statement, as `adk_create_session` returns them. Leaves out the
-/// initial user/app delta upserts (the workload's creates carry none) and
-/// the tenant setting (the owner bypasses row-level security).
-const LEAN_CREATE_SQL: &str = "INSERT INTO adk_sessions AS s (app_name, user_id, session_id, state, expires_at) \
-     VALUES (:app, :u, :n, :state::jsonb, NULL) ON CONFLICT DO NOTHING \
+/// same statement, as `adk_create_session` returns them. It writes what a
+/// create must: the initial state a rewind starts from, and the deadline
+/// the store policy's default TTL gives. Leaves out the initial user/app
+/// delta upserts (the workload's creates carry none), replacing an expired
+/// session that holds the id (the workload's ids are fresh) and the tenant
+/// setting (the owner bypasses row-level security).
+const LEAN_CREATE_SQL: &str = "INSERT INTO adk_sessions AS s (app_name, user_id, session_id, state, initial_state, expires_at) \
+     VALUES (:app, :u, :n, :state::jsonb, :state::jsonb, now() + (SELECT p.default_ttl FROM adk_store_policy p)) \
+     ON CONFLICT DO NOTHING \
      RETURNING s.created_at, s.updated_at, s.expires_at, \
      (SELECT us.state FROM adk_user_states us WHERE us.app_name = s.app_name AND us.user_id = s.user_id), \
      (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = s.app_name);";
