@@ -15,7 +15,7 @@ use adk_postgres_retention::{
 };
 use adk_postgres_schema::migrations::pending_migrations;
 use adk_postgres_testing::{TestDatabase, empty_database, test_database};
-use adk_postgres_tests::pg::{client, client_with_notices, new_session, store};
+use adk_postgres_tests::pg::{client, client_with_notices, lock_waiter, new_session, store};
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Client;
 
@@ -608,12 +608,21 @@ async fn the_owner_and_grants_of_the_old_table_carry_over() {
     .expect("drop roles");
 }
 
-/// What the legacy application does once step 2 is deployed: lock the
-/// session row, take the next seq and bind the session's day into the
-/// insert, in one statement.
+/// A failed statement by its SQLSTATE and message: tokio-postgres'
+/// Display says only "db error".
+fn described(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} {}: {}", db.code().code(), db.severity(), db.message()),
+        None => format!("{error:?}"),
+    }
+}
+
 /// Concurrent legacy writers in `appends_continue_through_the_conversion`.
 const WRITERS: usize = 4;
 
+/// What the legacy application does once step 2 is deployed: lock the
+/// session row, take the next seq and bind the session's day into the
+/// insert, in one statement.
 const LEGACY_APPEND: &str = "
 WITH s AS (
     SELECT app_name, user_id, session_id, session_day, last_seq FROM adk_sessions
@@ -653,12 +662,7 @@ async fn appends_continue_through_the_conversion() {
                     match sql.execute(LEGACY_APPEND, &[&user, &session]).await {
                         Ok(1) => ok += 1,
                         Ok(n) => failures.push(format!("{n} rows")),
-                        // tokio-postgres' Display says only "db error"; a
-                        // failure here must name its SQLSTATE and message.
-                        Err(e) => failures.push(match e.as_db_error() {
-                            Some(db) => format!("{} {}: {}", db.code().code(), db.severity(), db.message()),
-                            None => format!("{e:?}"),
-                        }),
+                        Err(e) => failures.push(described(&e)),
                     }
                 }
                 (ok, failures)
@@ -732,23 +736,10 @@ async fn key_step_beside_a_writer(before: &[String], after: &[String]) {
     let (only_the_key, lock_policy, mut quiet) = (ConvertOptions { stop_after: Some(1) }, policy(), |_| {});
     let key_step = convert_events_with(db.url(), cutover, &lock_policy, &only_the_key, &mut quiet);
     let writer_side = async {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !observer
-            .query_one(
-                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-                                  AND wait_event_type = 'Lock' AND query LIKE '%FOREIGN KEY%')",
-                &[],
-            )
-            .await
-            .expect("activity")
-            .get::<_, bool>(0)
-        {
-            assert!(Instant::now() < deadline, "the key step never waited for the writer");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        lock_waiter(&observer, "query LIKE '%FOREIGN KEY%'").await;
         for statement in after {
             if let Err(e) = append.batch_execute(statement).await {
-                panic!("{statement}: {:?}", e.as_db_error().map(|db| (db.code().code(), db.message())));
+                panic!("{statement}: {}", described(&e));
             }
         }
         append.commit().await.expect("commit");
