@@ -6,7 +6,7 @@ use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_servic
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::connect;
 pub use adk_postgres_testing::{Notices, drain_notices as drain};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use tokio_postgres::Client;
 
 /// A plain tokio-postgres client on `url`; its connection task runs on the
@@ -18,7 +18,7 @@ pub async fn client(url: &str) -> Client {
 /// A diesel connection on `url`, for the storage and retention functions
 /// that take one.
 pub async fn diesel(url: &str) -> AsyncPgConnection {
-    AsyncPgConnection::establish(url).await.unwrap_or_else(|e| panic!("connect with diesel to {url}: {e}"))
+    adk_postgres_connect::establish(url).await.unwrap_or_else(|e| panic!("connect with diesel to {url}: {e}"))
 }
 
 /// A store on `url` with default settings.

@@ -8,7 +8,7 @@ use adk_postgres_retention::{HealthThresholds, MaintenanceConfig, health, run_ma
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, new_session, store, with_delta};
 use futures_util::StreamExt as _;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 const NEEDS_CITUS: &str = "needs a Citus cluster: cargo xtask citus test";
 
@@ -145,7 +145,12 @@ async fn users_on_two_workers(sql: &tokio_postgres::Client) -> Vec<(String, i32)
 async fn listening_client(
     url: &str,
 ) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    let (client, mut connection) = adk_postgres_connect::ConnectConfig::from_url(url)
+        .unwrap()
+        .connect()
+        .await
+        .map(|c| (c.client, c.connection))
+        .unwrap();
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

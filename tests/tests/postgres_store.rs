@@ -290,12 +290,17 @@ async fn injection_attempts_are_stored_and_read_back_literally() {
     assert_eq!(stored, (app.to_owned(), user.to_owned(), id.to_owned()));
 }
 
+/// The store's statements are unnamed and sent whole in one round trip
+/// (Parse, Bind, Execute and Sync together), so no prepared statement is
+/// left in a session: behind a transaction pooler the next statement may
+/// reach another server connection, where a name kept here would be
+/// missing or another client's. (The round trips themselves are counted by
+/// the benchmark's proxy: one per append.)
 #[tokio::test(flavor = "multi_thread")]
-async fn statements_stay_prepared_so_an_append_is_one_round_trip() {
+async fn no_statement_stays_prepared_in_a_session() {
     use adk_postgres_domain::StoreConfig;
     use adk_postgres_storage::{PgSessionStore, PoolConfig};
     use diesel::sql_types::{BigInt, Text};
-    use diesel_async::RunQueryDsl;
 
     #[derive(diesel::QueryableByName, Debug, PartialEq)]
     struct Prepared {
@@ -312,18 +317,16 @@ async fn statements_stay_prepared_so_an_append_is_one_round_trip() {
     let key = new_session(&store, "app", "user").await;
     for _ in 0..5 {
         store.append(&key, Event::new("agent"), AppendOptions::default()).await.expect("append");
+        store.get(&key, GetOptions::default()).await.expect("get");
     }
-    // An uncached statement is parsed and planned on every call (a second
-    // round trip) and closed afterwards; a cached one stays in the session.
     let mut conn = store.pool().get().await.expect("the store's one connection");
-    let prepared = diesel::sql_query(
-        "SELECT name::text AS name, count(*) OVER ()::bigint AS calls FROM pg_prepared_statements
-         WHERE statement LIKE '%adk_append_event%' AND statement NOT LIKE '%pg_prepared_statements%'",
-    )
-    .load::<Prepared>(&mut conn)
-    .await
-    .expect("prepared statements");
-    assert_eq!(prepared.len(), 1, "the append statement is not kept prepared: {prepared:?}");
+    let prepared = conn
+        .load::<Prepared>(&diesel::sql_query(
+            "SELECT name::text AS name, count(*) OVER ()::bigint AS calls FROM pg_prepared_statements",
+        ))
+        .await
+        .expect("prepared statements");
+    assert_eq!(prepared, vec![], "a statement stayed prepared in the session");
 }
 
 /// Every operation reports its turn at the pool to the checkout observer,

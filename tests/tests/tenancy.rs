@@ -195,19 +195,19 @@ async fn tenants_hammering_one_pool_never_see_each_other() {
     assert_eq!(per_app, vec![("alpha".to_owned(), 60), ("beta".to_owned(), 60)]);
 }
 
-async fn setting(conn: &mut diesel_async::AsyncPgConnection) -> Option<String> {
+async fn setting(conn: &mut adk_postgres_storage::PgConn) -> Option<String> {
     use diesel::sql_types::{Nullable, Text};
-    use diesel_async::RunQueryDsl;
     #[derive(diesel::QueryableByName)]
     struct Row {
         #[diesel(sql_type = Nullable<Text>)]
         value: Option<String>,
     }
-    diesel::sql_query("SELECT current_setting('adk.app_name', true) AS value")
-        .get_result::<Row>(conn)
+    conn.load::<Row>(&diesel::sql_query("SELECT current_setting('adk.app_name', true) AS value"))
         .await
         .expect("read the setting")
-        .value
+        .into_iter()
+        .next()
+        .and_then(|row| row.value)
 }
 
 #[tokio::test(flavor = "multi_thread")]

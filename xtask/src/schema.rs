@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::project;
 
@@ -13,7 +12,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting a tokio runtime")?;
     let rendered = runtime.block_on(async {
         let db = adk_postgres_testing::test_database().await;
-        let mut conn = AsyncPgConnection::establish(db.url()).await.context("connecting to the test database")?;
+        let mut conn = adk_postgres_connect::establish(db.url()).await.context("connecting to the test database")?;
         adk_postgres_schema::tables_print::render_schema(&mut conn).await.context("reading the schema")
     })?;
     let path = project::root().join("crates/schema/src/tables.rs");

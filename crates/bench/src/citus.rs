@@ -24,7 +24,7 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 use serde::Serialize;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 use url::Url;
 
 use crate::driver::{Driver, Peer};
@@ -777,7 +777,11 @@ type Notices = Arc<Mutex<Vec<(String, Option<String>)>>>;
 /// A client keeping each notice's detail, which names the node a command
 /// went to or came from (the harness's notice client keeps messages only).
 async fn connect_with_details(url: &str) -> anyhow::Result<(Client, Notices)> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.context("connecting for the log")?;
+    let (client, mut connection) = adk_postgres_connect::ConnectConfig::from_url(url)?
+        .connect()
+        .await
+        .map(|c| (c.client, c.connection))
+        .context("connecting for the log")?;
     let notices = Notices::default();
     let sink = notices.clone();
     tokio::spawn(async move {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use adk_postgres_testing::{Cluster, find_server_binaries, start_throwaway_cluster};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use url::Url;
 
 /// Settings the benchmark turns on in its own cluster: a server as an
@@ -60,8 +60,11 @@ pub struct ServerInfo {
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let (client, connection) =
-        tokio_postgres::connect(url, NoTls).await.with_context(|| format!("connecting to {}", redacted(url)))?;
+    let (client, connection) = adk_postgres_connect::ConnectConfig::from_url(url)?
+        .connect()
+        .await
+        .map(|c| (c.client, c.connection))
+        .with_context(|| format!("connecting to {}", redacted(url)))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });

@@ -9,7 +9,7 @@ use diesel::QueryableByName;
 use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
 use diesel::sql_types::{Bool, Text};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::error::SectionError;
 use crate::gather::MigrationStatus;
@@ -39,7 +39,7 @@ pub(crate) async fn connect(settings: &DbSettings) -> Result<AsyncPgConnection, 
     // Cancelling a connection attempt leaves nothing behind: no statement
     // or transaction has started on it yet.
     let mut conn =
-        match tokio::time::timeout(settings.connect_timeout, AsyncPgConnection::establish(&settings.url)).await {
+        match tokio::time::timeout(settings.connect_timeout, adk_postgres_connect::establish(&settings.url)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(SectionError::new(CONTEXT, &e)),
             Err(_) => {

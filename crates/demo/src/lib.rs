@@ -32,7 +32,6 @@ use adk_session::{CreateRequest, DeleteRequest, GetRequest, SessionService};
 use anyhow::{Context as _, ensure};
 use futures_util::StreamExt as _;
 use serde_json::json;
-use tokio_postgres::NoTls;
 
 pub use report::{DemoReport, HotUpdates, Persistence, UsageAnalytics};
 
@@ -324,7 +323,11 @@ async fn check_persistence(
 }
 
 async fn sql_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.context("connecting for statistics")?;
+    let (client, connection) = adk_postgres_connect::ConnectConfig::from_url(url)?
+        .connect()
+        .await
+        .map(|c| (c.client, c.connection))
+        .context("connecting for statistics")?;
     tokio::spawn(async move {
         // Ends when the client is dropped; an error then is of no interest.
         let _ = connection.await;

@@ -11,7 +11,6 @@ use std::time::Instant;
 use adk_postgres_demo::run_demo;
 use adk_postgres_testing::{Cluster, start_throwaway_cluster};
 use anyhow::{Context as _, bail};
-use tokio_postgres::NoTls;
 
 const DEFAULT_USERS: usize = 50;
 const DEFAULT_TURNS: usize = 4;
@@ -129,7 +128,11 @@ fn describe(url: &str) -> String {
 }
 
 async fn create_database(server_url: &str, name: &str) -> anyhow::Result<()> {
-    let (client, connection) = tokio_postgres::connect(server_url, NoTls).await.context("connecting to the cluster")?;
+    let (client, connection) = adk_postgres_connect::ConnectConfig::from_url(server_url)?
+        .connect()
+        .await
+        .map(|c| (c.client, c.connection))
+        .context("connecting to the cluster")?;
     let connection = tokio::spawn(connection);
     client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await.with_context(|| format!("creating {name}"))?;
     drop(client);

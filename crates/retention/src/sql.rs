@@ -9,7 +9,7 @@ use std::time::Duration;
 use adk_postgres_schema::quote::quote_literal;
 use diesel::QueryableByName;
 use diesel::sql_types::Bool;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl as _, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl as _, SimpleAsyncConnection};
 
 use crate::error::{RetentionError, is_lock_wait};
 
@@ -39,7 +39,7 @@ pub async fn connect(
     application_name: &str,
     policy: &LockPolicy,
 ) -> Result<AsyncPgConnection, RetentionError> {
-    let mut conn = AsyncPgConnection::establish(database_url).await?;
+    let mut conn = adk_postgres_connect::establish(database_url).await?;
     conn.batch_execute(&format!(
         "SET application_name = {}; SET DateStyle = ISO; SET TimeZone = 'UTC'; \
          SET statement_timeout = 0; SET lock_timeout = {}",

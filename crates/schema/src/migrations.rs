@@ -30,9 +30,12 @@ pub enum MigrationError {
 
 type Wrapper = AsyncConnectionWrapper<AsyncPgConnection>;
 
-fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
-    use diesel::Connection;
-    Wrapper::establish(database_url).map_err(MigrationError::Connect)
+/// Connects in async context (through the one connection module: TLS,
+/// credentials, bounds); the synchronous harness then drives it from a
+/// blocking thread.
+async fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
+    let conn = adk_postgres_connect::establish(database_url).await.map_err(MigrationError::Connect)?;
+    Ok(Wrapper::from(conn))
 }
 
 /// Applies every pending migration, then makes the event partitions the
@@ -58,9 +61,8 @@ pub async fn run_pending_migrations_on_citus(database_url: &str) -> Result<Vec<S
 /// How the store is laid out on Citus, `None` on a database without the
 /// `citus` extension.
 pub async fn citus_layout(database_url: &str) -> Result<Option<CitusLayout>, MigrationError> {
-    let url = database_url.to_owned();
+    let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
-        let mut conn = connect(&url)?;
         if citus::citus_installed(&mut conn)? { citus::layout(&mut conn).map(Some) } else { Ok(None) }
     })
     .await?
@@ -81,10 +83,9 @@ struct Mode {
 }
 
 async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, MigrationError> {
-    let url = database_url.to_owned();
+    let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
         use diesel::connection::SimpleConnection;
-        let mut conn = connect(&url)?;
         if mode.create_citus {
             citus::create_extension(&mut conn)?;
         }
@@ -108,9 +109,8 @@ async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, Migratio
 
 /// Reverts every applied migration, newest first; returns the versions reverted.
 pub async fn revert_all_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
-    let url = database_url.to_owned();
+    let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
-        let mut conn = connect(&url)?;
         let reverted = conn.revert_all_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
         Ok(reverted.iter().map(MigrationVersion::to_string).collect())
     })
@@ -120,9 +120,8 @@ pub async fn revert_all_migrations(database_url: &str) -> Result<Vec<String>, Mi
 /// Versions of the migrations compiled into this binary that the database has
 /// not applied yet.
 pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
-    let url = database_url.to_owned();
+    let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
-        let mut conn = connect(&url)?;
         let pending = conn.pending_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
         Ok(pending.iter().map(|m| m.name().version().to_string()).collect())
     })

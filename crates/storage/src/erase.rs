@@ -25,9 +25,9 @@
 use std::time::Duration;
 
 use adk_postgres_domain::{AppName, Erasure, StoreError, UserId};
-use diesel_async::RunQueryDsl;
 use serde::Serialize;
 
+use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{self as sql, EraseOutcome, ErasureBatchRow, ErasureBegunRow, ErasurePreviewRow};
 use crate::store::{PgSessionStore, only_row, with_retries};

@@ -2,8 +2,8 @@
 //! events of another (`SessionStore::fork`).
 
 use adk_postgres_domain::{GetOptions, Session, SessionId, SessionKey, StoreError};
-use diesel_async::RunQueryDsl;
 
+use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{self as sql, ForkOutcome, ForkRow};
 use crate::store::{PgSessionStore, interval, only_row, with_retries};

@@ -28,11 +28,13 @@
 //! (labels `operation`, `kind`) through the `metrics` facade, into whatever
 //! recorder the service installed; without one, nothing is kept.
 
+mod conn;
 pub mod policy;
 pub mod pool;
 
+pub use adk_postgres_connect::{ConnectConfig, ConnectError, CredentialError, PasswordProvider, Secret, SslMode};
 pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, read_policy, set_policy};
-pub use pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
+pub use pool::{PgConn, PgPool, PoolBuildError, PoolConfig, PooledConn, StoreConnections, build_pool, build_pool_with};
 pub mod store;
 
 mod erase;

@@ -79,7 +79,9 @@ pub fn classify(error: &DieselError) -> PgFailure {
                 DatabaseErrorKind::NotNullViolation => PgFailure::NotNullViolation { constraint: constraint() },
                 DatabaseErrorKind::UniqueViolation => PgFailure::UniqueViolation { constraint: constraint() },
                 DatabaseErrorKind::SerializationFailure => PgFailure::SerializationFailure,
-                DatabaseErrorKind::UnableToSendCommand => PgFailure::ConnectionLost,
+                DatabaseErrorKind::UnableToSendCommand | DatabaseErrorKind::ClosedConnection => {
+                    PgFailure::ConnectionLost
+                }
                 _ if message.starts_with("deadlock detected") => PgFailure::Deadlock,
                 _ if message.contains("row-level security") || message.starts_with("permission denied") => {
                     PgFailure::PermissionDenied

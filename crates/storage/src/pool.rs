@@ -1,15 +1,61 @@
 //! The connection pool every store operation borrows from.
+//!
+//! Connections come from [`adk_postgres_connect`] (TLS, credentials,
+//! keepalives, the connect bound) and are the store's own [`PgConn`]: one
+//! unnamed statement per round trip, nothing set after connecting, so the
+//! pool works the same on a direct connection and behind a
+//! transaction-mode pooler.
 
 use std::time::Duration;
 
-use diesel_async::AsyncPgConnection;
-use diesel_async::pooled_connection::bb8::Pool;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod};
-use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use futures_util::FutureExt;
+use adk_postgres_connect::{ConnectConfig, ConnectError};
 
-/// A bb8 pool of diesel-async PostgreSQL connections.
-pub type PgPool = Pool<AsyncPgConnection>;
+pub use crate::conn::PgConn;
+
+/// A bb8 pool of the store's connections, with the settings they were
+/// made with (the change feed opens its own connection from them).
+#[derive(Debug, Clone)]
+pub struct PgPool {
+    inner: bb8::Pool<StoreConnections>,
+    connect: std::sync::Arc<ConnectConfig>,
+    operation_timeout: Duration,
+    max_size: u32,
+    connection_timeout: Duration,
+}
+
+/// A connection borrowed from the pool; it goes back when dropped, unless
+/// it is broken or was left mid-statement.
+pub type PooledConn<'a> = bb8::PooledConnection<'a, StoreConnections>;
+
+impl PgPool {
+    /// A connection, waiting at most the pool's `connection_timeout`.
+    pub async fn get(&self) -> Result<PooledConn<'_>, bb8::RunError<ConnectError>> {
+        self.inner.get().await
+    }
+
+    pub fn state(&self) -> bb8::State {
+        self.inner.state()
+    }
+
+    pub fn max_size(&self) -> u32 {
+        self.max_size
+    }
+
+    /// How long a checkout waits for a connection.
+    pub fn connection_timeout(&self) -> Duration {
+        self.connection_timeout
+    }
+
+    /// The settings every connection of the pool is made with.
+    pub fn connect_config(&self) -> &ConnectConfig {
+        &self.connect
+    }
+
+    /// [`PoolConfig::operation_timeout`].
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+}
 
 /// How connections are made and how many are kept.
 #[derive(Debug, Clone)]
@@ -20,11 +66,21 @@ pub struct PoolConfig {
     pub min_idle: Option<u32>,
     /// How long a caller waits for a free connection before an error.
     pub connection_timeout: Duration,
-    /// Reported in `pg_stat_activity`, so operators can tell our sessions apart.
+    /// Reported in `pg_stat_activity`, so operators can tell our sessions
+    /// apart (sent at startup; a connection string's own wins).
     pub application_name: String,
-    /// Server-side cap on any one statement; a statement past it is cancelled
-    /// by the server, never by dropping a future (which could strand a
-    /// transaction on a pooled connection).
+    /// The client's bound on each store call, from its start to its answer:
+    /// past it the call returns a retryable `Unavailable`, the connection
+    /// it was using is discarded (never handed to another caller) and the
+    /// server is asked to cancel the statement. It is what bounds a call
+    /// when the network goes silent, since the server-side timeouts below
+    /// are enforced by a server that may no longer be reachable.
+    pub operation_timeout: Duration,
+    /// Server-side cap on any one statement, under `operation_timeout` so
+    /// that a slow statement on a reachable server ends as a typed
+    /// `Timeout` with its connection kept. Sent in the startup packet; a
+    /// pooler that refuses startup options gets none of these three, and
+    /// the role's defaults (`adk-pg service-role` sets them) apply instead.
     pub statement_timeout: Duration,
     /// Server-side cap on waiting for a row or table lock.
     pub lock_timeout: Duration,
@@ -39,7 +95,8 @@ impl Default for PoolConfig {
             min_idle: None,
             connection_timeout: Duration::from_secs(10),
             application_name: "adk-postgres".to_owned(),
-            statement_timeout: Duration::from_secs(30),
+            operation_timeout: Duration::from_secs(30),
+            statement_timeout: Duration::from_secs(25),
             lock_timeout: Duration::from_secs(10),
             idle_in_transaction_session_timeout: Duration::from_secs(60),
         }
@@ -53,10 +110,10 @@ pub enum PoolBuildError {
     #[error("invalid pool configuration: {field}: {reason}")]
     InvalidConfig { field: &'static str, reason: String },
     #[error("could not open the first connection: {0}")]
-    Connect(#[source] diesel_async::pooled_connection::PoolError),
+    Connect(#[source] ConnectError),
 }
 
-fn millis(field: &'static str, d: Duration) -> Result<u128, PoolBuildError> {
+fn millis(field: &'static str, d: Duration) -> Result<String, PoolBuildError> {
     let ms = d.as_millis();
     if ms == 0 && !d.is_zero() {
         return Err(PoolBuildError::InvalidConfig { field, reason: "below one millisecond".into() });
@@ -64,55 +121,109 @@ fn millis(field: &'static str, d: Duration) -> Result<u128, PoolBuildError> {
     if ms > i32::MAX as u128 {
         return Err(PoolBuildError::InvalidConfig { field, reason: "above 24 days".into() });
     }
-    Ok(ms)
+    Ok(ms.to_string())
 }
 
-/// The `SET` commands every new connection runs once.
-fn session_setup_sql(config: &PoolConfig) -> Result<String, PoolBuildError> {
+/// The server settings every connection of the pool starts with.
+fn server_settings(config: &PoolConfig) -> Result<Vec<(String, String)>, PoolBuildError> {
+    Ok(vec![
+        ("statement_timeout".to_owned(), millis("statement_timeout", config.statement_timeout)?),
+        ("lock_timeout".to_owned(), millis("lock_timeout", config.lock_timeout)?),
+        (
+            "idle_in_transaction_session_timeout".to_owned(),
+            millis("idle_in_transaction_session_timeout", config.idle_in_transaction_session_timeout)?,
+        ),
+    ])
+}
+
+/// Makes the pool's connections.
+#[derive(Debug, Clone)]
+pub struct StoreConnections {
+    connect: ConnectConfig,
+}
+
+impl StoreConnections {
+    pub fn connect_config(&self) -> &ConnectConfig {
+        &self.connect
+    }
+}
+
+impl bb8::ManageConnection for StoreConnections {
+    type Connection = PgConn;
+    type Error = ConnectError;
+
+    async fn connect(&self) -> Result<PgConn, ConnectError> {
+        let connected = self.connect.connect().await?;
+        Ok(PgConn::new(connected, &self.connect))
+    }
+
+    /// No round trip: a dead connection fails its next statement as a
+    /// retryable error and is replaced; a check query on every checkout
+    /// would double the round trips of every operation.
+    async fn is_valid(&self, conn: &mut PgConn) -> Result<(), ConnectError> {
+        if conn.is_broken() { Err(ConnectError::Closed { target: self.connect.redacted().to_owned() }) } else { Ok(()) }
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.is_broken()
+    }
+}
+
+/// The connection settings a pool of `config` uses on top of `connect`.
+fn pool_connect_config(connect: ConnectConfig, config: &PoolConfig) -> Result<ConnectConfig, PoolBuildError> {
     if config.application_name.contains('\0') || config.application_name.len() > 63 {
         return Err(PoolBuildError::InvalidConfig {
             field: "application_name",
             reason: "must be at most 63 bytes without NUL".into(),
         });
     }
-    let app = config.application_name.replace('\'', "''");
-    Ok(format!(
-        "SET application_name = '{app}'; SET statement_timeout = {}; SET lock_timeout = {}; \
-         SET idle_in_transaction_session_timeout = {}",
-        millis("statement_timeout", config.statement_timeout)?,
-        millis("lock_timeout", config.lock_timeout)?,
-        millis("idle_in_transaction_session_timeout", config.idle_in_transaction_session_timeout)?,
-    ))
+    if config.operation_timeout.is_zero() {
+        return Err(PoolBuildError::InvalidConfig { field: "operation_timeout", reason: "must be above zero".into() });
+    }
+    Ok(connect.with_default_application_name(&config.application_name).with_server_settings(server_settings(config)?))
 }
 
-/// Builds a pool for `database_url` and opens its first connection, so a bad
-/// URL or an unreachable server is reported here rather than on first use.
+/// Builds a pool for `database_url` (a libpq connection string) and opens
+/// its first connection, so a bad URL or an unreachable server is reported
+/// here rather than on first use.
 pub async fn build_pool(database_url: &str, config: &PoolConfig) -> Result<PgPool, PoolBuildError> {
+    let connect = ConnectConfig::from_url(database_url).map_err(PoolBuildError::Connect)?;
+    build_pool_with(connect, config).await
+}
+
+/// [`build_pool`] from connection settings already made (a password
+/// provider, say).
+pub async fn build_pool_with(connect: ConnectConfig, config: &PoolConfig) -> Result<PgPool, PoolBuildError> {
     if config.max_size == 0 {
         return Err(PoolBuildError::InvalidConfig { field: "max_size", reason: "must be at least 1".into() });
     }
-    let setup_sql = session_setup_sql(config)?;
-    let mut manager_config = ManagerConfig::<AsyncPgConnection>::default();
-    // A fast check is enough: a dead connection surfaces as a retryable error
-    // on its next use and bb8 replaces it, and the check query would add a
-    // round trip to every checkout.
-    manager_config.recycling_method = RecyclingMethod::Fast;
-    manager_config.custom_setup = Box::new(move |url| {
-        let setup_sql = setup_sql.clone();
-        async move {
-            let mut conn = AsyncPgConnection::establish(url).await?;
-            conn.batch_execute(&setup_sql).await.map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
-            Ok(conn)
-        }
-        .boxed()
-    });
-    let manager = AsyncDieselConnectionManager::new_with_config(database_url, manager_config);
-    Pool::builder()
+    let connect = pool_connect_config(connect, config)?;
+    let inner = bb8::Pool::builder()
         .max_size(config.max_size)
         .min_idle(config.min_idle)
         .connection_timeout(config.connection_timeout)
         .test_on_check_out(true)
-        .build(manager)
+        // A failed connect is the caller's answer at once, with its typed
+        // cause (a refused TLS handshake, a failing password provider);
+        // bb8's own retries would turn it into a bare timeout.
+        .retry_connection(false)
+        .build(StoreConnections { connect: connect.clone() })
         .await
-        .map_err(PoolBuildError::Connect)
+        .map_err(PoolBuildError::Connect)?;
+    let pool = PgPool {
+        inner,
+        connect: std::sync::Arc::new(connect),
+        operation_timeout: config.operation_timeout,
+        max_size: config.max_size,
+        connection_timeout: config.connection_timeout,
+    };
+    match pool.get().await {
+        Ok(first) => drop(first),
+        Err(bb8::RunError::User(e)) => return Err(PoolBuildError::Connect(e)),
+        Err(bb8::RunError::TimedOut) => {
+            let target = pool.connect.redacted().to_owned();
+            return Err(PoolBuildError::Connect(ConnectError::Timeout { target, bound: config.connection_timeout }));
+        }
+    }
+    Ok(pool)
 }

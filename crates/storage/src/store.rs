@@ -21,9 +21,9 @@ use adk_postgres_domain::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use diesel::data_types::PgInterval;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
 use serde_json::Value;
 
+use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{
     self as sql, AppendOutcome, AppendRow, CreatedRow, DeletedRow, FoundRow, GetRow, KeyArgs, MetadataOutcome,
@@ -31,7 +31,7 @@ use crate::functions::{
 };
 use crate::observe::{Observation, Operation};
 use crate::policy::interval_duration;
-use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool};
+use crate::pool::{PgPool, PoolBuildError, PoolConfig, build_pool, build_pool_with};
 
 /// Which app a store says it acts for. The store's SQL functions check it
 /// against the apps the connected role is bound to (`adk-pg service-role
@@ -91,14 +91,14 @@ impl ConflictRetry {
     }
 }
 
-/// Keeps a connection that failed as unavailable from going back to the
-/// pool. A backend killed by the server is only seen as closed once the
-/// driver has read the end of the stream, which may be after the pool takes
-/// the connection back; marking its transaction state as failed makes bb8
-/// drop it on return instead of handing it to the next caller.
-pub(crate) fn discard_connection(conn: &mut AsyncPgConnection) {
-    // diesel-async exposes this hook (doc-hidden) for exactly such pool checks.
-    <AsyncPgConnection as AsyncConnection>::TransactionManager::transaction_manager_status_mut(conn).set_in_error();
+/// What a call whose bound passed returns.
+pub(crate) fn no_answer(bound: Duration) -> StoreError {
+    StoreError::Unavailable {
+        message: format!(
+            "no answer from the database within {bound:?} (operation_timeout); the connection was discarded \
+             and the statement may or may not have committed: retry (the same event id is safe)"
+        ),
+    }
 }
 
 /// Runs `$query`, an expression over `$conn` (a pooled connection, fresh
@@ -111,9 +111,18 @@ macro_rules! with_retries {
             // went back to the pool.
             let _turn = $store.gate.enter().await?;
             let mut $conn = $store.pool.get().await.map_err($crate::error::from_pool)?;
-            let result = $query;
+            // Each statement is bounded too, for calls made of many (an
+            // erasure's batches); a statement cut off leaves its connection
+            // busy, so the pool discards it.
+            let result = match tokio::time::timeout($store.pool.operation_timeout(), async { $query }).await {
+                Ok(result) => result,
+                Err(_elapsed) => Err($crate::store::no_answer($store.pool.operation_timeout())),
+            };
             if matches!(result, Err(adk_postgres_domain::StoreError::Unavailable { .. })) {
-                $crate::store::discard_connection(&mut $conn);
+                // A backend killed by the server is only seen as closed
+                // once the driver has read the end of the stream, which may
+                // be after the pool takes the connection back.
+                $conn.discard();
             }
             if !retry.again(&result).await {
                 break result;
@@ -161,10 +170,9 @@ type Turn<'a> = tokio::sync::SemaphorePermit<'a>;
 
 impl FairGate {
     fn new(pool: &PgPool) -> Self {
-        let config = pool.config();
         Self {
-            turns: tokio::sync::Semaphore::new(usize::try_from(config.max_size).unwrap_or(1).max(1)),
-            patience: config.connection_timeout,
+            turns: tokio::sync::Semaphore::new(usize::try_from(pool.max_size()).unwrap_or(1).max(1)),
+            patience: pool.connection_timeout(),
             max_waiting: 100_000,
             waiting: std::sync::atomic::AtomicUsize::new(0),
             observer: std::sync::OnceLock::new(),
@@ -208,6 +216,9 @@ pub struct PgSessionStore {
     pub(crate) gate: std::sync::Arc<FairGate>,
     config: StoreConfig,
     tenant: TenantScope,
+    /// Where the change feed listens, when not where the pool connects: it
+    /// needs a session of its own, which a transaction pooler cannot give.
+    pub(crate) change_feed: Option<std::sync::Arc<adk_postgres_connect::ConnectConfig>>,
 }
 
 impl std::fmt::Debug for PgSessionStore {
@@ -303,13 +314,30 @@ impl PgSessionStore {
         #[cfg(feature = "metrics")]
         crate::observe::describe_metrics();
         let gate = std::sync::Arc::new(FairGate::new(&pool));
-        Self { pool, gate, config, tenant: TenantScope::Off }
+        Self { pool, gate, config, tenant: TenantScope::Off, change_feed: None }
     }
 
     /// The same store acting for `tenant` (see [`TenantScope`]). The app is
     /// set inside each operation's own transaction, at no extra round trip.
     pub fn with_tenant_scope(mut self, tenant: TenantScope) -> Self {
         self.tenant = tenant;
+        self
+    }
+
+    /// The change feed ([`Self::watch`], [`Self::watch_app`]) listens through
+    /// `url` instead of the pool's: LISTEN needs a session that stays its
+    /// own between transactions, so behind a transaction pooler the feed
+    /// needs a direct URL to the server. Its TLS and other settings are
+    /// `url`'s own; a password provider is not carried over.
+    pub fn with_change_feed_url(self, url: &str) -> Result<Self, StoreError> {
+        let config = adk_postgres_connect::ConnectConfig::from_url(url)
+            .map_err(|e| StoreError::invalid("change_feed_url", e.to_string()))?;
+        Ok(self.with_change_feed_config(config))
+    }
+
+    /// [`Self::with_change_feed_url`] from connection settings already made.
+    pub fn with_change_feed_config(mut self, config: adk_postgres_connect::ConnectConfig) -> Self {
+        self.change_feed = Some(std::sync::Arc::new(config));
         self
     }
 
@@ -343,13 +371,33 @@ impl PgSessionStore {
         }
     }
 
-    /// Builds a pool for `database_url` and a store on it.
+    /// Builds a pool for `database_url` (a libpq connection string) and a
+    /// store on it.
     pub async fn connect(
         database_url: &str,
         pool_config: &PoolConfig,
         config: StoreConfig,
     ) -> Result<Self, PoolBuildError> {
         Ok(Self::new(build_pool(database_url, pool_config).await?, config))
+    }
+
+    /// [`Self::connect`] from connection settings already made, e.g. with
+    /// a password provider for IAM tokens.
+    pub async fn connect_with(
+        connect: adk_postgres_connect::ConnectConfig,
+        pool_config: &PoolConfig,
+        config: StoreConfig,
+    ) -> Result<Self, PoolBuildError> {
+        Ok(Self::new(build_pool_with(connect, pool_config).await?, config))
+    }
+
+    /// Runs one store call within the pool's operation bound. Past it the
+    /// connection in use is discarded by the pool (it is still busy) and
+    /// the caller gets a retryable `Unavailable`: the statement may or may
+    /// not have committed, and retrying with the same event id is safe.
+    async fn bounded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        let bound = self.pool.operation_timeout();
+        tokio::time::timeout(bound, call).await.unwrap_or_else(|_elapsed| Err(no_answer(bound)))
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -749,23 +797,27 @@ impl PgSessionStore {
 #[async_trait]
 impl SessionStore for PgSessionStore {
     async fn create(&self, request: CreateSession) -> Result<Session, StoreError> {
-        Observation::new(Operation::Create, Some(&request.app_name)).run(self.create_session(request)).await
+        Observation::new(Operation::Create, Some(&request.app_name))
+            .run(self.bounded(self.create_session(request)))
+            .await
     }
 
     async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
-        Observation::new(Operation::Get, Some(&key.app_name)).run(self.load_session(key, options)).await
+        Observation::new(Operation::Get, Some(&key.app_name)).run(self.bounded(self.load_session(key, options))).await
     }
 
     async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
-        Observation::new(Operation::List, Some(&request.app_name)).run(self.list_sessions(request)).await
+        Observation::new(Operation::List, Some(&request.app_name)).run(self.bounded(self.list_sessions(request))).await
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
-        Observation::new(Operation::Delete, Some(&key.app_name)).run(self.delete_session(key)).await
+        Observation::new(Operation::Delete, Some(&key.app_name)).run(self.bounded(self.delete_session(key))).await
     }
 
     async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
-        Observation::new(Operation::Append, Some(&key.app_name)).run(self.append_event(key, event, options)).await
+        Observation::new(Operation::Append, Some(&key.app_name))
+            .run(self.bounded(self.append_event(key, event, options)))
+            .await
     }
 
     async fn rollover(
@@ -775,7 +827,7 @@ impl SessionStore for PgSessionStore {
         summary: Event,
     ) -> Result<Session, StoreError> {
         Observation::new(Operation::Rollover, Some(&key.app_name))
-            .run(self.rollover_session(key, successor_id, summary))
+            .run(self.bounded(self.rollover_session(key, successor_id, summary)))
             .await
     }
 
@@ -785,18 +837,18 @@ impl SessionStore for PgSessionStore {
             TenantScope::Fixed(app) => Some(app),
             TenantScope::Off | TenantScope::PerRequest => None,
         };
-        Observation::new(Operation::FindById, app).run(self.find_sessions(session_id, limit)).await
+        Observation::new(Operation::FindById, app).run(self.bounded(self.find_sessions(session_id, limit))).await
     }
 
     async fn rewind(&self, key: &SessionKey, keep: u64, expected_version: Option<u64>) -> Result<Session, StoreError> {
         Observation::new(Operation::Rewind, Some(&key.app_name))
-            .run(self.rewind_session(key, keep, expected_version))
+            .run(self.bounded(self.rewind_session(key, keep, expected_version)))
             .await
     }
 
     async fn set_metadata(&self, key: &SessionKey, metadata: SessionMetadata) -> Result<(), StoreError> {
         Observation::new(Operation::SetMetadata, Some(&key.app_name))
-            .run(self.set_session_metadata(key, metadata))
+            .run(self.bounded(self.set_session_metadata(key, metadata)))
             .await
     }
 
@@ -805,6 +857,8 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError> {
-        Observation::new(Operation::Fork, Some(&key.app_name)).run(self.fork_session(key, at_seq, new_id)).await
+        Observation::new(Operation::Fork, Some(&key.app_name))
+            .run(self.bounded(self.fork_session(key, at_seq, new_id)))
+            .await
     }
 }

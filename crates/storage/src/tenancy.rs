@@ -459,7 +459,7 @@ const LOCK_BACKOFF: Duration = Duration::from_millis(200);
 /// no statement timeout, because a role's own default must not cut setup
 /// short.
 async fn connect(database_url: &str) -> Result<AsyncPgConnection, ServiceRoleError> {
-    let mut conn = AsyncPgConnection::establish(database_url).await?;
+    let mut conn = adk_postgres_connect::establish(database_url).await?;
     let setup = format!(
         "SET application_name = {}; SET statement_timeout = 0; SET lock_timeout = {}",
         quote_literal("adk-pg service-role"),

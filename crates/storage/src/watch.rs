@@ -338,9 +338,7 @@ impl Listener {
     /// connection's server process.
     async fn open(store: &PgSessionStore, app: &AppName, pid: &AtomicI32) -> Result<Self, StoreError> {
         pid.store(0, Ordering::Relaxed);
-        let mut conn = store.pool().dedicated_connection().await.map_err(|e| StoreError::Unavailable {
-            message: format!("could not open the change feed's connection: {e}"),
-        })?;
+        let mut conn = feed_connection(store).await?;
         let listen =
             sql::FeedListen { tenant: store.tenant_for(app), app_name: app.as_str() }.load::<FeedListenRow>(&mut conn);
         let rows = answered(listen).await?.map_err(feed_error)?;
@@ -379,6 +377,49 @@ impl Listener {
     async fn ping(&mut self) -> Result<(), StoreError> {
         answered(self.conn.batch_execute("SELECT 1")).await?.map_err(feed_error)
     }
+}
+
+/// The feed's own session: from `change_feed_url` when set, else with the
+/// pool's settings, and refused at once when a pooler lends it (LISTEN on a
+/// pooled server connection would hear nothing, or another client's
+/// notifications, and the feed would hang instead of failing).
+async fn feed_connection(store: &PgSessionStore) -> Result<AsyncPgConnection, StoreError> {
+    let (config, field) = match &store.change_feed {
+        Some(config) => (config.as_ref().clone(), "change_feed_url"),
+        None => (store.pool().connect_config().clone(), "database_url"),
+    };
+    let through_pooler = || {
+        StoreError::invalid(
+            field,
+            format!(
+                "the change feed needs a session of its own, and {} goes through a connection pooler (PgBouncer \
+                 or the like); give the feed a direct URL to the server with change_feed_url",
+                config.redacted()
+            ),
+        )
+    };
+    let connected = answered(config.clone().marking_direct_sessions().connect()).await?.map_err(|e| {
+        StoreError::Unavailable { message: format!("could not open the change feed's connection: {e}") }
+    })?;
+    if !connected.server_settings_applied {
+        return Err(through_pooler());
+    }
+    let mut conn = answered(connected.into_diesel()).await?.map_err(|e| StoreError::Unavailable {
+        message: format!("could not set up the change feed's connection: {e}"),
+    })?;
+    let check = diesel::sql_query(adk_postgres_connect::DIRECT_SESSION_CHECK).load::<DirectSessionRow>(&mut conn);
+    let rows = answered(check).await?.map_err(feed_error)?;
+    let direct = rows.iter().any(|row| row.direct);
+    if !direct {
+        return Err(through_pooler());
+    }
+    Ok(conn)
+}
+
+#[derive(diesel::QueryableByName)]
+struct DirectSessionRow {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    direct: bool,
 }
 
 /// `query`'s result, or `Unavailable` when no answer came within
@@ -772,10 +813,12 @@ impl PgSessionStore {
 
     async fn feed_switch<Q>(&self, query: Q, function: &str) -> Result<bool, StoreError>
     where
-        Q: diesel_async::methods::LoadQuery<'static, AsyncPgConnection, FeedSwitchRow> + Send + 'static,
+        Q: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
     {
         let mut conn = self.pool.get().await.map_err(crate::error::from_pool)?;
-        let rows = query.load::<FeedSwitchRow>(&mut conn).await.map_err(|e| from_diesel(e, "change feed"))?;
+        let rows = crate::conn::Load::load::<FeedSwitchRow>(query, &mut conn)
+            .await
+            .map_err(|e| from_diesel(e, "change feed"))?;
         crate::store::only_row(rows, function).map(|row| row.answer)
     }
 }

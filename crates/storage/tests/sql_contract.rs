@@ -7,7 +7,7 @@
 use adk_postgres_storage::functions::{SIGNATURES, Signature};
 use diesel::QueryableByName;
 use diesel::sql_types::{Array, Text};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 #[derive(QueryableByName, Debug, PartialEq, Eq)]
 struct Described {
@@ -52,7 +52,7 @@ fn expected(signature: &Signature) -> Described {
 }
 
 async fn described(url: &str) -> Vec<Described> {
-    let mut conn = AsyncPgConnection::establish(url).await.expect("connect");
+    let mut conn = adk_postgres_connect::establish(url).await.expect("connect");
     diesel::sql_query(DESCRIBE_SQL).load(&mut conn).await.expect("describe the functions")
 }
 
@@ -82,7 +82,7 @@ async fn every_wrapper_matches_its_function_in_pg_proc() {
 #[tokio::test]
 async fn every_function_a_service_role_may_run_has_a_wrapper() {
     let db = adk_postgres_testing::test_database().await;
-    let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
+    let mut conn = adk_postgres_connect::establish(db.url()).await.expect("connect");
     #[derive(QueryableByName)]
     struct Name {
         #[diesel(sql_type = Text)]

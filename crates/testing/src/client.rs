@@ -8,13 +8,14 @@
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio_postgres::tls::NoTlsStream;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
+use adk_postgres_connect::ConnectConfig;
+use tokio_postgres::{AsyncMessage, Client};
 
 use crate::error::HarnessError;
 use crate::urls::redacted;
 
-/// A client of `url` (no TLS). Its connection is driven by a task on the
+/// A client of `url`, made by the project's one connection module (so a
+/// URL with `sslmode` and friends works as it does for the store). Its connection is driven by a task on the
 /// current runtime, so the client lives no longer than that runtime.
 pub async fn connect(url: &str) -> Result<Client, HarnessError> {
     let (client, connection) = open(url).await?;
@@ -53,9 +54,11 @@ pub fn drain_notices(notices: &Notices) -> Vec<String> {
     std::mem::take(&mut *notices.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-pub(crate) type Connection = tokio_postgres::Connection<Socket, NoTlsStream>;
+pub(crate) type Connection = adk_postgres_connect::PgConnection;
 
 /// A client and its connection, which nothing drives yet.
 pub(crate) async fn open(url: &str) -> Result<(Client, Connection), HarnessError> {
-    tokio_postgres::connect(url, NoTls).await.map_err(|source| HarnessError::Connect { url: redacted(url), source })
+    let fail = |source| HarnessError::Connect { url: redacted(url), source };
+    let connected = ConnectConfig::from_url(url).map_err(fail)?.connect().await.map_err(fail)?;
+    Ok((connected.client, connected.connection))
 }

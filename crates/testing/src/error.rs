@@ -27,7 +27,7 @@ pub enum HarnessError {
         /// Without its password.
         url: String,
         #[source]
-        source: tokio_postgres::Error,
+        source: adk_postgres_connect::ConnectError,
     },
     #[error("{}", with_causes(.0))]
     Postgres(#[from] tokio_postgres::Error),
