@@ -368,10 +368,12 @@ fn refuses_startup_options(error: &tokio_postgres::Error) -> bool {
 
 /// A diesel-async connection to `url` (a libpq connection string), for
 /// operator work, with the error as diesel reports connection failures
-/// (its message redacted like every [`ConnectError`]).
+/// (its message redacted like every [`ConnectError`]). Its session is
+/// marked direct ([`ConnectConfig::marking_direct_sessions`]), so a caller
+/// can tell whether a pooler lent it.
 pub async fn establish(url: &str) -> Result<diesel_async::AsyncPgConnection, diesel::ConnectionError> {
     let bad = |e: ConnectError| diesel::ConnectionError::BadConnection(e.to_string());
-    ConnectConfig::from_url(url).map_err(bad)?.diesel().await.map_err(bad)
+    ConnectConfig::from_url(url).map_err(bad)?.marking_direct_sessions().diesel().await.map_err(bad)
 }
 
 /// A tokio-postgres client to `url`, driven on the runtime.

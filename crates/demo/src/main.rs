@@ -5,7 +5,6 @@
 //! Exit codes: 0 success, 1 failure (including a failed persistence check).
 
 use std::process::ExitCode;
-use std::str::FromStr as _;
 use std::time::Instant;
 
 use adk_postgres_demo::run_demo;
@@ -111,8 +110,9 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// Host and database of a URL, never its password.
 fn describe(url: &str) -> String {
-    match tokio_postgres::Config::from_str(url) {
+    match adk_postgres_connect::ConnectConfig::from_url(url) {
         Ok(config) => {
+            let config = config.driver();
             let hosts: Vec<String> = config
                 .get_hosts()
                 .iter()

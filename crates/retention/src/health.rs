@@ -197,6 +197,11 @@ pub struct HealthReport {
     /// (and then left out of the JSON).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeFacts>,
+    /// Whether this report was read through a connection pooler (the
+    /// session did not carry the mark its startup options set, see
+    /// `adk_postgres_connect::DIRECT_SESSION_CHECK`): maintenance and the
+    /// change feed need a direct connection.
+    pub through_pooler: bool,
     /// Empty when healthy: each alert's line as `adk-pg status` prints it.
     pub alerts: Vec<String>,
     /// The same alerts, in the same order, typed. Left out of the JSON, so
@@ -263,6 +268,14 @@ impl std::fmt::Display for HealthReport {
             ("retiring days before", self.retire_before.to_string()),
             ("kept past retention", list(&kept)),
             ("HOT updates (adk_sessions)", hot),
+            (
+                "connection",
+                if self.through_pooler {
+                    "through a connection pooler (maintenance and the change feed need a direct URL)".to_owned()
+                } else {
+                    "direct".to_owned()
+                },
+            ),
             ("sessions", sizes.sessions.to_string()),
             (
                 "state size p50 / p90 / p99 / max",
@@ -622,6 +635,12 @@ fn rollup_alerts(rollups: &RollupHealth, thresholds: &HealthThresholds, today: N
     alerts
 }
 
+#[derive(diesel::QueryableByName)]
+struct DirectRow {
+    #[diesel(sql_type = Bool)]
+    direct: bool,
+}
+
 /// Reads health as of `today` (UTC).
 pub async fn health(
     database_url: &str,
@@ -637,6 +656,12 @@ pub async fn health_on(
     today: NaiveDate,
     thresholds: &HealthThresholds,
 ) -> Result<HealthReport, RetentionError> {
+    let through_pooler = !diesel::sql_query(adk_postgres_connect::DIRECT_SESSION_CHECK)
+        .load::<DirectRow>(conn)
+        .await
+        .map_err(RetentionError::query("check for a connection pooler"))?
+        .iter()
+        .any(|row| row.direct);
     let schema = events_schema(conn).await?;
     let partitions = list_partitions(conn).await?;
     let orphaned_partitions = list_orphans(conn, &schema).await?;
@@ -835,6 +860,7 @@ pub async fn health_on(
         },
         rollups,
         nodes,
+        through_pooler,
         alerts: alerts.iter().map(ToString::to_string).collect(),
         typed_alerts: alerts,
     })

@@ -1,6 +1,6 @@
 //! Database failures as domain errors; [`crate::pg_error`] tells them apart.
 
-use adk_postgres_connect::ConnectError;
+use crate::pool::CheckoutError;
 use adk_postgres_domain::StoreError;
 use adk_postgres_domain::state::MAX_STATE_BYTES;
 use diesel::result::Error as DieselError;
@@ -10,19 +10,9 @@ use crate::pg_error::{PgFailure, classify};
 /// Maps a pool checkout failure: a connection that could not be made is
 /// retryable when its cause may pass (the network, the server, the
 /// credentials source), and a configuration error otherwise.
-pub(crate) fn from_pool(error: bb8::RunError<ConnectError>) -> StoreError {
-    match error {
-        bb8::RunError::User(error) => from_connect(error),
-        bb8::RunError::TimedOut => {
-            StoreError::Unavailable { message: "no database connection within connection_timeout".into() }
-        }
-    }
-}
-
-/// Maps a failed connect.
-pub(crate) fn from_connect(error: ConnectError) -> StoreError {
+pub(crate) fn from_pool(error: CheckoutError) -> StoreError {
     if error.is_retryable() {
-        StoreError::Unavailable { message: format!("no database connection: {error}") }
+        StoreError::Unavailable { message: error.to_string() }
     } else {
         StoreError::Database { message: format!("cannot connect: {error}") }
     }

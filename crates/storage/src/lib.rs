@@ -34,7 +34,10 @@ pub mod pool;
 
 pub use adk_postgres_connect::{ConnectConfig, ConnectError, CredentialError, PasswordProvider, Secret, SslMode};
 pub use policy::{PolicyAmendment, PolicyChange, amend_policy, policy_changes, read_policy, set_policy};
-pub use pool::{PgConn, PgPool, PoolBuildError, PoolConfig, PooledConn, StoreConnections, build_pool, build_pool_with};
+pub use pool::{
+    CheckoutError, PgConn, PgPool, PoolBuildError, PoolConfig, PooledConn, StoreConnections, build_pool,
+    build_pool_with,
+};
 pub mod store;
 
 mod erase;

@@ -6,6 +6,7 @@
 //! pool works the same on a direct connection and behind a
 //! transaction-mode pooler.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use adk_postgres_connect::{ConnectConfig, ConnectError};
@@ -17,7 +18,11 @@ pub use crate::conn::PgConn;
 #[derive(Debug, Clone)]
 pub struct PgPool {
     inner: bb8::Pool<StoreConnections>,
-    connect: std::sync::Arc<ConnectConfig>,
+    /// Connect failures, as bb8 reports them to its error sink: a waiting
+    /// checkout fails with the cause at once instead of waiting out
+    /// `connection_timeout` for a connection that is not coming.
+    connect_failures: tokio::sync::broadcast::Sender<Arc<ConnectError>>,
+    connect: Arc<ConnectConfig>,
     operation_timeout: Duration,
     max_size: u32,
     connection_timeout: Duration,
@@ -28,9 +33,19 @@ pub struct PgPool {
 pub type PooledConn<'a> = bb8::PooledConnection<'a, StoreConnections>;
 
 impl PgPool {
-    /// A connection, waiting at most the pool's `connection_timeout`.
-    pub async fn get(&self) -> Result<PooledConn<'_>, bb8::RunError<ConnectError>> {
-        self.inner.get().await
+    /// A connection, waiting at most the pool's `connection_timeout`; a
+    /// connect that fails meanwhile (TLS refused, credentials, a server
+    /// that refuses connections) is the answer at once.
+    pub async fn get(&self) -> Result<PooledConn<'_>, CheckoutError> {
+        let mut failures = self.connect_failures.subscribe();
+        tokio::select! {
+            biased;
+            got = self.inner.get() => got.map_err(|e| match e {
+                bb8::RunError::User(e) => CheckoutError::Connect(Arc::new(e)),
+                bb8::RunError::TimedOut => CheckoutError::TimedOut(self.connection_timeout),
+            }),
+            Ok(failure) = failures.recv() => Err(CheckoutError::Connect(failure)),
+        }
     }
 
     pub fn state(&self) -> bb8::State {
@@ -103,6 +118,43 @@ impl Default for PoolConfig {
     }
 }
 
+/// Why no connection could be checked out.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckoutError {
+    #[error("no database connection within {0:?} (connection_timeout)")]
+    TimedOut(Duration),
+    #[error("no database connection: {0}")]
+    Connect(Arc<ConnectError>),
+}
+
+impl CheckoutError {
+    /// Worth retrying: the pool was busy, or the connect failed for a
+    /// reason that may pass.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::TimedOut(_) => true,
+            Self::Connect(e) => e.is_retryable(),
+        }
+    }
+}
+
+/// Hands bb8's connect failures to the checkouts waiting for them.
+#[derive(Debug, Clone)]
+struct ConnectFailures(tokio::sync::broadcast::Sender<Arc<ConnectError>>);
+
+impl bb8::ErrorSink<ConnectError> for ConnectFailures {
+    fn sink(&self, error: ConnectError) {
+        tracing::debug!(%error, "a new database connection failed");
+        // Nobody waiting is fine: the next checkout tries again.
+        let _ = self.0.send(Arc::new(error));
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<ConnectError>> {
+        Box::new(self.clone())
+    }
+}
+
 /// Why a pool could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -110,7 +162,7 @@ pub enum PoolBuildError {
     #[error("invalid pool configuration: {field}: {reason}")]
     InvalidConfig { field: &'static str, reason: String },
     #[error("could not open the first connection: {0}")]
-    Connect(#[source] ConnectError),
+    Connect(#[source] Arc<ConnectError>),
 }
 
 fn millis(field: &'static str, d: Duration) -> Result<String, PoolBuildError> {
@@ -187,7 +239,7 @@ fn pool_connect_config(connect: ConnectConfig, config: &PoolConfig) -> Result<Co
 /// its first connection, so a bad URL or an unreachable server is reported
 /// here rather than on first use.
 pub async fn build_pool(database_url: &str, config: &PoolConfig) -> Result<PgPool, PoolBuildError> {
-    let connect = ConnectConfig::from_url(database_url).map_err(PoolBuildError::Connect)?;
+    let connect = ConnectConfig::from_url(database_url).map_err(|e| PoolBuildError::Connect(Arc::new(e)))?;
     build_pool_with(connect, config).await
 }
 
@@ -198,6 +250,7 @@ pub async fn build_pool_with(connect: ConnectConfig, config: &PoolConfig) -> Res
         return Err(PoolBuildError::InvalidConfig { field: "max_size", reason: "must be at least 1".into() });
     }
     let connect = pool_connect_config(connect, config)?;
+    let (connect_failures, _) = tokio::sync::broadcast::channel(16);
     let inner = bb8::Pool::builder()
         .max_size(config.max_size)
         .min_idle(config.min_idle)
@@ -207,22 +260,24 @@ pub async fn build_pool_with(connect: ConnectConfig, config: &PoolConfig) -> Res
         // cause (a refused TLS handshake, a failing password provider);
         // bb8's own retries would turn it into a bare timeout.
         .retry_connection(false)
+        .error_sink(Box::new(ConnectFailures(connect_failures.clone())))
         .build(StoreConnections { connect: connect.clone() })
         .await
-        .map_err(PoolBuildError::Connect)?;
+        .map_err(|e| PoolBuildError::Connect(Arc::new(e)))?;
     let pool = PgPool {
         inner,
-        connect: std::sync::Arc::new(connect),
+        connect_failures,
+        connect: Arc::new(connect),
         operation_timeout: config.operation_timeout,
         max_size: config.max_size,
         connection_timeout: config.connection_timeout,
     };
     match pool.get().await {
         Ok(first) => drop(first),
-        Err(bb8::RunError::User(e)) => return Err(PoolBuildError::Connect(e)),
-        Err(bb8::RunError::TimedOut) => {
+        Err(CheckoutError::Connect(e)) => return Err(PoolBuildError::Connect(e)),
+        Err(CheckoutError::TimedOut(bound)) => {
             let target = pool.connect.redacted().to_owned();
-            return Err(PoolBuildError::Connect(ConnectError::Timeout { target, bound: config.connection_timeout }));
+            return Err(PoolBuildError::Connect(Arc::new(ConnectError::Timeout { target, bound })));
         }
     }
     Ok(pool)

@@ -137,6 +137,10 @@ pub struct ServiceRoleReport {
     pub unbound: Vec<Option<String>>,
     /// The role's bindings once setup committed.
     pub bindings: RoleBindings,
+    /// Settings every session of the role starts with in this database
+    /// (`ALTER ROLE … IN DATABASE … SET`): the pool's server-side timeouts,
+    /// which a transaction pooler keeps only this way.
+    pub session_defaults: Vec<(String, String)>,
 }
 
 impl std::fmt::Display for ServiceRoleReport {
@@ -157,6 +161,11 @@ impl std::fmt::Display for ServiceRoleReport {
             writeln!(f, "unbound from {}", app.as_deref().unwrap_or("every app"))?;
         }
         writeln!(f, "{role} acts for: {}", self.bindings)?;
+        if !self.session_defaults.is_empty() {
+            let defaults =
+                self.session_defaults.iter().map(|(name, value)| format!("{name} = {value}")).collect::<Vec<_>>();
+            writeln!(f, "its sessions here start with {} (kept behind a pooler too)", defaults.join(", "))?;
+        }
         if self.bindings.is_empty() {
             writeln!(f, "WARNING: {role} is bound to no app and can act for none; add --app APP")?;
         }
@@ -339,6 +348,7 @@ pub async fn setup_service_role(
         STORE_FUNCTIONS.iter().map(|f| format!("{schema}.{}", quote_ident(f))).collect::<Vec<_>>().join(", ");
     ddl(&mut conn, &format!("GRANT EXECUTE ON FUNCTION {functions} TO {quoted_role}")).await?;
     report.granted = STORE_FUNCTIONS.iter().map(|f| (*f).to_owned()).collect();
+    report.session_defaults = set_session_defaults(&mut conn, &quoted_role).await?;
 
     let role_oid = row.oid;
     // The role's apps after setup: `None` stands for every app, as in the
@@ -467,6 +477,44 @@ async fn connect(database_url: &str) -> Result<AsyncPgConnection, ServiceRoleErr
     );
     conn.batch_execute(&setup).await.map_err(ServiceRoleError::query("configure the connection"))?;
     Ok(conn)
+}
+
+/// The pool's server-side timeouts as the role's defaults in this database.
+/// The pool sends them in its startup packet, which a transaction pooler
+/// refuses or drops, and a `SET` would leak to the pooler's next client:
+/// a role's defaults are applied by the server at every session start, so
+/// they hold on every server connection a pooler opens for the role.
+async fn set_session_defaults(
+    conn: &mut AsyncPgConnection,
+    quoted_role: &str,
+) -> Result<Vec<(String, String)>, ServiceRoleError> {
+    let pool = crate::pool::PoolConfig::default();
+    let defaults = [
+        ("statement_timeout", pool.statement_timeout),
+        ("lock_timeout", pool.lock_timeout),
+        ("idle_in_transaction_session_timeout", pool.idle_in_transaction_session_timeout),
+    ]
+    .map(|(name, value)| (name.to_owned(), format!("{}ms", value.as_millis())));
+    let database = diesel::sql_query("SELECT current_database()::text AS name")
+        .load::<DatabaseRow>(conn)
+        .await
+        .map_err(ServiceRoleError::query("read the database's name"))?
+        .into_iter()
+        .next()
+        .map(|row| row.name)
+        .unwrap_or_default();
+    for (name, value) in &defaults {
+        // Names are ours, values are digits and "ms": nothing from input.
+        ddl(conn, &format!("ALTER ROLE {quoted_role} IN DATABASE {} SET {name} = '{value}'", quote_ident(&database)))
+            .await?;
+    }
+    Ok(defaults.to_vec())
+}
+
+#[derive(diesel::QueryableByName)]
+struct DatabaseRow {
+    #[diesel(sql_type = Text)]
+    name: String,
 }
 
 /// The schema the store's tables (and so its functions) live in.

@@ -5,6 +5,11 @@
 //! socket), `postgres.log` and a small `adk-cluster` file that lets
 //! [`Cluster::open`] find the binaries and port again. Clients connect over
 //! TCP on 127.0.0.1 as the trusted superuser `postgres`.
+//!
+//! Throwaway clusters (not Citus nodes) also have TLS on, with a PKI made in
+//! their folder's `pki/` ([`crate::TestPki`]), while pg_hba.conf still takes
+//! plaintext: the tests of TLS can then ask any server the harness started
+//! for a verified URL, and nothing else notices.
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -15,6 +20,7 @@ use std::process::{Command, Stdio};
 
 use crate::error::HarnessError;
 use crate::source::{Search, find_bin_dir, no_postgres_message, pg_config};
+use crate::tls::{ClusterTls, TestPki, TlsOptions};
 
 /// The server's TimeZone and log_timezone: UTC+14, so any code that reads the
 /// server's zone instead of saying UTC gets a different day and fails a test.
@@ -65,6 +71,18 @@ pub struct Cluster {
     /// as the `postgres` OS user.
     as_postgres: bool,
     throwaway: bool,
+    tls: Option<ClusterTls>,
+    /// Written after every other setting, so they win (a primary's
+    /// replication settings, say).
+    settings: Vec<(&'static str, String)>,
+}
+
+/// What a throwaway cluster gets beyond what [`ClusterConfig`] says.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Extras {
+    /// TLS with a fresh PKI in the cluster's `pki/` folder.
+    pub(crate) tls: Option<TlsOptions>,
+    pub(crate) settings: Vec<(&'static str, String)>,
 }
 
 /// Finds local server binaries the way the test harness does.
@@ -87,26 +105,47 @@ pub(crate) fn throwaway_cluster(bin_dir: &Path) -> Result<Cluster, HarnessError>
     throwaway_node(bin_dir, false)
 }
 
-/// A throwaway cluster, loading Citus when `citus` is set.
+/// A throwaway cluster, loading Citus when `citus` is set. Citus nodes talk
+/// to each other in plaintext and get no TLS; the others get a valid PKI.
 pub(crate) fn throwaway_node(bin_dir: &Path, citus: bool) -> Result<Cluster, HarnessError> {
-    // The system temp dir rather than target/: its paths are short enough for
-    // a Unix socket, and the `postgres` user can reach it even when the
-    // checkout sits in root's home.
-    let dir = std::env::temp_dir().join(format!("adk-pg-test-{}-{}", std::process::id(), crate::short_random()));
-    let config = ClusterConfig { bin_dir: bin_dir.to_path_buf(), dir, port: free_port()?, durable: false, citus };
-    let mut cluster = Cluster::create(&config, true)?;
-    for attempt in 1..=START_ATTEMPTS {
-        match cluster.start() {
-            Ok(()) => return Ok(cluster),
-            Err(HarnessError::StartFailed { tail, .. })
-                if attempt < START_ATTEMPTS && tail.contains("could not bind") =>
-            {
-                cluster.set_port(free_port()?)?;
-            }
-            Err(error) => return Err(error),
+    let extras = Extras { tls: (!citus).then(TlsOptions::default), ..Extras::default() };
+    throwaway_node_with(bin_dir, citus, extras).map(|(cluster, _)| cluster)
+}
+
+/// A throwaway cluster with `extras`, started; its PKI when it has TLS.
+pub(crate) fn throwaway_node_with(
+    bin_dir: &Path,
+    citus: bool,
+    extras: Extras,
+) -> Result<(Cluster, Option<TestPki>), HarnessError> {
+    let config = ClusterConfig {
+        bin_dir: bin_dir.to_path_buf(),
+        dir: throwaway_dir("test"),
+        port: free_port()?,
+        durable: false,
+        citus,
+    };
+    let mut cluster = Cluster::prepare(&config, true)?;
+    cluster.settings = extras.settings;
+    let pki = match &extras.tls {
+        Some(options) => {
+            let pki = TestPki::generate(&cluster.dir.join("pki"), &options.extra_names)?;
+            cluster.tls = Some(ClusterTls::new(&pki, options));
+            Some(pki)
         }
-    }
-    unreachable!("the last attempt returns")
+        None => None,
+    };
+    cluster.initialize()?;
+    cluster.start_on_a_free_port()?;
+    Ok((cluster, pki))
+}
+
+/// A fresh folder name for a throwaway cluster or pooler. The system temp
+/// dir rather than target/: its paths are short enough for a Unix socket,
+/// and the `postgres` user can reach it even when the checkout sits in
+/// root's home.
+pub(crate) fn throwaway_dir(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("adk-pg-{what}-{}-{}", std::process::id(), crate::short_random()))
 }
 
 impl Cluster {
@@ -137,10 +176,19 @@ impl Cluster {
             citus: meta.lines().any(|line| line == "citus=true"),
             as_postgres: running_as_root(),
             throwaway: false,
+            tls: None,
+            settings: Vec::new(),
         })
     }
 
     fn create(config: &ClusterConfig, throwaway: bool) -> Result<Self, HarnessError> {
+        let cluster = Self::prepare(config, throwaway)?;
+        cluster.initialize()?;
+        Ok(cluster)
+    }
+
+    /// The folder, its watchdog and the checks that need no data directory.
+    fn prepare(config: &ClusterConfig, throwaway: bool) -> Result<Self, HarnessError> {
         let as_postgres = running_as_root();
         if as_postgres && !command_succeeds(Command::new("id").args(["-u", "postgres"])) {
             return Err(HarnessError::Setup(
@@ -164,6 +212,8 @@ impl Cluster {
             citus: config.citus,
             as_postgres,
             throwaway,
+            tls: None,
+            settings: Vec::new(),
         };
         if throwaway {
             // Before initdb, so that even a half-made cluster folder goes away.
@@ -179,22 +229,81 @@ impl Cluster {
                 dir.display()
             )));
         }
-        let mut initdb = cluster.server_command("initdb");
-        initdb.arg("-D").arg(&cluster.data_dir).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]);
-        if !config.durable {
+        Ok(cluster)
+    }
+
+    /// initdb, our settings and pg_hba.conf, everything given to `postgres`.
+    fn initialize(&self) -> Result<(), HarnessError> {
+        let mut initdb = self.server_command("initdb");
+        initdb.arg("-D").arg(&self.data_dir).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]);
+        if !self.durable {
             initdb.arg("--no-sync");
         }
         run(initdb)?;
-        cluster.write_settings()?;
-        let conf = cluster.data_dir.join("postgresql.conf");
+        self.write_settings()?;
+        if let Some(hba) = self.tls.as_ref().and_then(ClusterTls::hba) {
+            write_file(&self.data_dir.join("pg_hba.conf"), &hba)?;
+        }
+        let conf = self.data_dir.join("postgresql.conf");
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(&conf)
             .map_err(HarnessError::io(format!("opening {}", conf.display())))?;
         writeln!(file, "\n# adk-postgres-testing: its settings win over the ones above\ninclude '{SETTINGS_FILE}'")
             .map_err(HarnessError::io(format!("writing {}", conf.display())))?;
-        cluster.chown()?;
-        Ok(cluster)
+        self.chown()
+    }
+
+    /// A throwaway streaming standby of `primary`, made by `pg_basebackup -R
+    /// -X stream` on a replication slot named `application_name` (so the
+    /// primary keeps the WAL it has not had), with the primary's settings
+    /// but its own port, its own copy of the primary's PKI and `settings`.
+    /// Not started.
+    pub(crate) fn base_backup_of(
+        primary: &Cluster,
+        application_name: &str,
+        settings: Vec<(&'static str, String)>,
+    ) -> Result<Self, HarnessError> {
+        let config = ClusterConfig {
+            bin_dir: primary.bin_dir.clone(),
+            dir: throwaway_dir("standby"),
+            port: free_port()?,
+            durable: primary.durable,
+            citus: primary.citus,
+        };
+        let mut standby = Self::prepare(&config, true)?;
+        standby.settings = settings;
+        if let Some(tls) = &primary.tls {
+            let pki = standby.dir.join("pki");
+            std::fs::create_dir_all(&pki).map_err(HarnessError::io(format!("creating {}", pki.display())))?;
+            let copy = |file: &Path| -> Result<PathBuf, HarnessError> {
+                let to = pki.join(file.file_name().unwrap_or(file.as_os_str()));
+                std::fs::copy(file, &to).map_err(HarnessError::io(format!("copying {}", file.display())))?;
+                Ok(to)
+            };
+            standby.tls = Some(ClusterTls {
+                cert_file: copy(&tls.cert_file)?,
+                key_file: copy(&tls.key_file)?,
+                ca_file: copy(&tls.ca_file)?,
+                ..tls.clone()
+            });
+        }
+        standby.chown()?;
+        let mut backup = standby.server_command("pg_basebackup");
+        backup
+            .arg("-D")
+            .arg(&standby.data_dir)
+            .arg("-d")
+            .arg(format!("host=127.0.0.1 port={} user=postgres application_name={application_name}", primary.port))
+            .args(["-R", "-X", "stream", "-C", "-S", application_name, "-c", "fast"]);
+        if !standby.durable {
+            backup.arg("--no-sync");
+        }
+        run(backup)?;
+        // The backup brought the primary's adk.conf (its port) along.
+        standby.write_settings()?;
+        standby.chown()?;
+        Ok(standby)
     }
 
     /// The folder holding `initdb`, `pg_ctl`, `postgres`, `psql`, `pgbench`….
@@ -219,6 +328,11 @@ impl Cluster {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The CA file (`ssl_ca_file`) when the harness gave this cluster TLS.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|tls| tls.ca_file.as_path())
     }
 
     /// A URL of the maintenance database `postgres`.
@@ -269,6 +383,40 @@ impl Cluster {
         command.args(["-m", "fast", "-w", "-t", "60", "-l"]).arg(self.log_file());
         command.process_group(0);
         run(command).map(drop)
+    }
+
+    /// `pg_ctl promote -w`: a standby ends recovery and takes writes.
+    pub(crate) fn promote(&self) -> Result<(), HarnessError> {
+        let mut command = self.pg_ctl("promote");
+        command.args(["-w", "-t", "60"]);
+        run(command).map(drop)
+    }
+
+    /// The one value `sql` returns, through psql on the maintenance
+    /// database: callable with or without a tokio runtime around.
+    pub(crate) fn query_value(&self, sql: &str) -> Result<String, HarnessError> {
+        let port = self.port.to_string();
+        let mut psql = self.server_command("psql");
+        psql.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port]);
+        psql.args(["-U", "postgres", "-d", "postgres", "-c", sql]);
+        run(psql).map(|out| out.trim().to_owned())
+    }
+
+    /// Starts the server, moving to another free port when one taken
+    /// between our probe and the server's bind was the reason it failed.
+    pub(crate) fn start_on_a_free_port(&mut self) -> Result<(), HarnessError> {
+        let mut attempt = 1;
+        loop {
+            match self.start() {
+                Err(HarnessError::StartFailed { tail, .. })
+                    if attempt < START_ATTEMPTS && tail.contains("could not bind") =>
+                {
+                    self.set_port(free_port()?)?;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     fn pg_ctl(&self, action: &str) -> Command {
@@ -337,6 +485,19 @@ impl Cluster {
         if !self.durable {
             settings.extend([("fsync", "off"), ("synchronous_commit", "off"), ("full_page_writes", "off")]);
         }
+        let tls_files = self
+            .tls
+            .as_ref()
+            .map(|tls| [&tls.cert_file, &tls.key_file, &tls.ca_file].map(|file| file.to_string_lossy().into_owned()));
+        if let Some([cert, key, ca]) = &tls_files {
+            settings.extend([
+                ("ssl", "on"),
+                ("ssl_cert_file", cert.as_str()),
+                ("ssl_key_file", key),
+                ("ssl_ca_file", ca),
+            ]);
+        }
+        settings.extend(self.settings.iter().map(|(name, value)| (*name, value.as_str())));
         let settings = settings.iter().fold(
             String::from("# Written by adk-postgres-testing; rewritten when the port changes.\n"),
             |mut text, (name, value)| {
@@ -437,7 +598,7 @@ pub fn port_is_free(port: u16) -> bool {
 }
 
 /// Whether the effective user is root, from /proc (no libc, no unsafe).
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status").ok().and_then(|status| effective_uid(&status)).map_or_else(
         || {
             Command::new("id")
@@ -458,7 +619,7 @@ fn write_file(path: &Path, contents: &str) -> Result<(), HarnessError> {
     std::fs::write(path, contents).map_err(HarnessError::io(format!("writing {}", path.display())))
 }
 
-fn log_tail(path: &Path) -> Option<String> {
+pub(crate) fn log_tail(path: &Path) -> Option<String> {
     let log = std::fs::read_to_string(path).ok()?;
     let lines: Vec<&str> = log.lines().collect();
     Some(lines[lines.len().saturating_sub(30)..].join("\n"))
@@ -491,6 +652,15 @@ fn describe(command: &Command) -> String {
         .map(OsStr::to_string_lossy)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// psql, as us, on a libpq connection string: what a test of the fixtures
+/// checks a server's answer (or refusal) with.
+#[cfg(test)]
+pub(crate) fn psql(bin_dir: &Path, conninfo: &str, sql: &str) -> Result<String, HarnessError> {
+    let mut psql = Command::new(bin_dir.join("psql"));
+    psql.args(["-X", "-q", "-A", "-t", "-d", conninfo, "-c", sql]).env("PGCONNECT_TIMEOUT", "10");
+    run(psql).map(|out| out.trim().to_owned())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
+use url::Url;
 
 use adk_postgres_schema::quote::quote_ident as quote;
 
@@ -16,7 +17,7 @@ use crate::citus::{create_citus_database, workers_from_environment};
 use crate::cluster::{Cluster, throwaway_cluster};
 use crate::error::HarnessError;
 use crate::source::{Search, Source, choose_source};
-use crate::urls::{is_local, with_database};
+use crate::urls::{is_local, redacted, with_database};
 
 const TEST_DB_PREFIX: &str = "adk_test_";
 /// Serialises template builds across processes (nextest runs one per test).
@@ -74,6 +75,33 @@ impl TestDatabase {
         self.worker_server_urls.iter().filter_map(|server| with_database(server, &self.name).ok()).collect()
     }
 
+    /// This database's URL over verified TLS: host `localhost` (the name the
+    /// server certificate carries), `sslmode=verify-full` and `sslrootcert`
+    /// the server's own `ssl_ca_file`, asked of the server so it works for
+    /// any server the harness started, `ADK_PG_TEST_URL`'s included. An
+    /// error when the server has TLS off or its CA file is not on this host.
+    pub async fn tls_url(&self) -> Result<String, HarnessError> {
+        let pg = Pg::connect(&self.server_url).await?;
+        let row = pg.client.query_one("SELECT current_setting('ssl'), current_setting('ssl_ca_file')", &[]).await?;
+        pg.close().await;
+        let (ssl, ca_file): (String, String) = (row.get(0), row.get(1));
+        if ssl != "on" {
+            return Err(HarnessError::Setup(format!(
+                "the server at {} has ssl = {ssl}: a TLS URL needs a server the harness started \
+                 (its throwaway clusters have TLS on), or one with ssl and ssl_ca_file set",
+                redacted(&self.server_url)
+            )));
+        }
+        if ca_file.is_empty() || !Path::new(&ca_file).is_absolute() || !Path::new(&ca_file).is_file() {
+            return Err(HarnessError::Setup(format!(
+                "the server at {} has ssl on but its ssl_ca_file {ca_file:?} is not an absolute path of \
+                 a file on this host, so the client cannot verify it",
+                redacted(&self.server_url)
+            )));
+        }
+        verified_tls_url(&self.url, &ca_file)
+    }
+
     /// A tokio-postgres client of this database; its connection task runs on
     /// the current runtime. Panics when it cannot connect.
     pub async fn connect(&self) -> Client {
@@ -108,6 +136,31 @@ impl Drop for TestDatabase {
             }
         }
     }
+}
+
+/// `url` on host `localhost`, with `sslmode=verify-full&sslrootcert=<ca_file>`
+/// in place of whatever TLS parameters it had.
+fn verified_tls_url(url: &str, ca_file: &str) -> Result<String, HarnessError> {
+    let bad = |reason: String| HarnessError::BadUrl { url: redacted(url), reason };
+    let mut parsed = Url::parse(url).map_err(|error| bad(error.to_string()))?;
+    parsed.set_host(Some("localhost")).map_err(|error| bad(error.to_string()))?;
+    // Raw pairs and our own escaping: libpq and the connect crate read `+`
+    // as itself, not as the space form encoding would make it.
+    let query = parsed.query().unwrap_or_default().to_owned();
+    let kept = query.split('&').filter(|pair| {
+        !pair.is_empty() && !matches!(pair.split('=').next(), Some("sslmode" | "sslrootcert" | "host" | "hostaddr"))
+    });
+    let ca_file: String = ca_file
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => char::from(byte).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    let query: Vec<String> =
+        kept.map(str::to_owned).chain(["sslmode=verify-full".to_owned(), format!("sslrootcert={ca_file}")]).collect();
+    parsed.set_query(Some(&query.join("&")));
+    Ok(parsed.into())
 }
 
 fn drop_database(server_url: &str, name: &str) -> Result<(), HarnessError> {
@@ -555,6 +608,20 @@ mod tests {
         ] {
             assert_eq!(owner_pid(name), None, "{name}");
         }
+    }
+
+    #[test]
+    fn a_tls_url_verifies_localhost_against_the_servers_ca() {
+        let url = verified_tls_url(
+            "postgres://postgres@127.0.0.1:5432/adk_test_1_0_ab?sslmode=disable&application_name=x",
+            "/tmp/adk pg+x/pki/ca.crt",
+        )
+        .unwrap();
+        assert_eq!(
+            url,
+            "postgres://postgres@localhost:5432/adk_test_1_0_ab?application_name=x&sslmode=verify-full\
+             &sslrootcert=/tmp/adk%20pg%2Bx/pki/ca.crt"
+        );
     }
 
     #[test]

@@ -39,7 +39,11 @@ mod container;
 mod contract;
 mod database;
 mod error;
+mod fault_proxy;
+mod pgbouncer;
 mod source;
+mod standby;
+mod tls;
 mod urls;
 
 pub use citus::{
@@ -51,7 +55,11 @@ pub use cluster::{
 };
 pub use database::{TestDatabase, empty_database, test_database, test_database_on};
 pub use error::HarnessError;
+pub use fault_proxy::FaultProxy;
+pub use pgbouncer::{PgBouncer, PgBouncerConfig, PoolMode};
 pub use source::TEST_URL_VAR;
+pub use standby::{ReplicatedPair, STANDBY_NAME};
+pub use tls::{ServerCert, TestPki, TlsOptions, start_throwaway_tls_cluster};
 
 /// Eight random hex digits, so names made on two hosts sharing a server
 /// (same pid, same counter) still differ.

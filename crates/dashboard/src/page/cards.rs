@@ -302,6 +302,8 @@ fn storage_card(ops: &OpsSnapshot) -> Card {
     };
     if let Ok(report) = &ops.health {
         card.value = report.hot_ratio.map_or_else(|| "no updates yet".into(), |ratio| format!("{:.1}%", ratio * 100.0));
+        let connection = if report.through_pooler { "through a connection pooler" } else { "direct" };
+        card.details.push(("connection".into(), connection.into()));
     }
     match &ops.state_sizes {
         Ok(scopes) => {

@@ -64,6 +64,7 @@ fn healthy() -> HealthReport {
             minute_partitions_ahead: 7,
         }),
         nodes: Vec::new(),
+        through_pooler: false,
         alerts: Vec::new(),
         typed_alerts: Vec::new(),
     }
