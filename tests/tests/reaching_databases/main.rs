@@ -6,6 +6,11 @@
 //! harness starts them); nothing is mocked.
 
 mod credentials;
+mod failover;
+mod partition;
+mod pooler;
+mod tls;
+mod writers;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

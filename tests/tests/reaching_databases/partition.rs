@@ -12,15 +12,14 @@
 //! is retried with the same event id, which the store replays).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use adk_core::{AdkIdentity, Content};
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_domain::{AppendOptions, Event, SessionStore, StoreConfig, StoreError};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::{FaultProxy, TestDatabase, connect, test_database};
-use adk_session::{AppendEventRequest, CreateRequest, SessionService};
+
+use crate::writers::{Audit, Crowd, audit};
 
 const WRITERS: usize = 8;
 const APP: &str = "partition";
@@ -52,106 +51,6 @@ fn pool_config() -> PoolConfig {
     PoolConfig { operation_timeout: BOUND, connection_timeout: CONNECT, ..PoolConfig::default() }
 }
 
-fn identity(user: &str, session_id: &str) -> AdkIdentity {
-    AdkIdentity::new(APP.try_into().expect("app"), user.try_into().expect("user"), session_id.try_into().expect("id"))
-}
-
-fn event(id: &str, n: usize) -> adk_session::Event {
-    let mut e = adk_session::Event::new(format!("inv-{n}"));
-    e.id = id.to_owned();
-    e.author = "agent".into();
-    e.llm_response.content = Some(Content::new("model").with_text(format!("turn {n}")));
-    e
-}
-
-/// What one writer saw.
-#[derive(Debug, Default)]
-struct Writer {
-    session_id: String,
-    /// Acknowledged event ids, in order, with when.
-    acknowledged: Vec<(String, Instant)>,
-    /// Every call's duration, with when it ended and whether it failed.
-    calls: Vec<(Instant, Duration, bool)>,
-    retries: usize,
-    last_error: Option<String>,
-    fatal: Option<String>,
-}
-
-/// Each writer's latest acknowledgement, shared so the test can watch.
-type Latest = Arc<std::sync::Mutex<Option<Instant>>>;
-
-async fn write(svc: Arc<PgSessionService>, w: usize, stop: Arc<AtomicBool>, latest: Latest) -> Writer {
-    let user = format!("writer-{w}");
-    let mut writer = Writer { session_id: format!("session-{w}"), ..Writer::default() };
-    let request = CreateRequest {
-        app_name: APP.into(),
-        user_id: user.clone(),
-        session_id: Some(writer.session_id.clone()),
-        state: Default::default(),
-    };
-    if let Err(e) = svc.create(request).await {
-        writer.fatal = Some(format!("create: {e}"));
-        return writer;
-    }
-    let mut n = 0;
-    'events: while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let id = uuid::Uuid::new_v4().to_string();
-        // The same event until acknowledged (its timestamp too): a call cut
-        // off by the bound may have committed, and its retry must be
-        // replayed, not duplicated.
-        let event = event(&id, n);
-        loop {
-            let started = Instant::now();
-            let result = svc
-                .append_event_for_identity(AppendEventRequest {
-                    identity: identity(&user, &writer.session_id),
-                    event: event.clone(),
-                })
-                .await;
-            let ended = Instant::now();
-            writer.calls.push((ended, ended - started, result.is_err()));
-            match result {
-                Ok(()) => {
-                    writer.acknowledged.push((id, ended));
-                    *latest.lock().expect("lock") = Some(ended);
-                    break;
-                }
-                Err(e) if e.is_retryable() => {
-                    writer.retries += 1;
-                    writer.last_error = Some(e.to_string());
-                    if stop.load(Ordering::Relaxed) {
-                        // In doubt: not acknowledged, maybe stored.
-                        break 'events;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => {
-                    writer.fatal = Some(format!("event {id}: {e}"));
-                    return writer;
-                }
-            }
-        }
-    }
-    writer
-}
-
-/// Waits until every writer acknowledged something after `since`, or
-/// `patience` passed; returns how long the slowest took.
-async fn resumed(reports: &[Latest], since: Instant, patience: Duration) -> Option<Duration> {
-    let deadline = since + patience;
-    loop {
-        let last: Vec<Option<Instant>> = reports.iter().map(|r| *r.lock().expect("lock")).collect();
-        if last.iter().all(|t| t.is_some_and(|t| t > since)) {
-            return last.iter().flatten().map(|t| *t - since).max();
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     let db = test_database().await;
@@ -159,17 +58,12 @@ async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     let store = PgSessionStore::connect(&proxied_url(&db, &proxy), &pool_config(), StoreConfig::default())
         .await
         .expect("the store through the proxy");
-    let svc = Arc::new(PgSessionService::from_store(store));
-    let stop = Arc::new(AtomicBool::new(false));
-    let latest: Vec<Latest> = (0..WRITERS).map(|_| Latest::default()).collect();
-    let tasks: Vec<_> =
-        (0..WRITERS).map(|w| tokio::spawn(write(svc.clone(), w, stop.clone(), latest[w].clone()))).collect();
-
-    assert!(resumed(&latest, Instant::now(), Duration::from_secs(10)).await.is_some(), "writers started");
+    let crowd = Crowd::start(Arc::new(PgSessionService::from_store(store)), APP, WRITERS);
+    assert!(crowd.resumed(Instant::now(), Duration::from_secs(10)).await.is_some(), "writers started");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let partition = Instant::now();
     proxy.blackhole_open_connections();
-    let resume = resumed(&latest, partition, BOUND + CONNECT + SLACK + Duration::from_secs(5)).await;
+    let resume = crowd.resumed(partition, BOUND + CONNECT + SLACK + Duration::from_secs(5)).await;
     let resume = resume.expect("every writer acknowledges again after the partition");
 
     // A refusal: no new connection passes, and the server ends the open
@@ -187,15 +81,10 @@ async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let healed = Instant::now();
     proxy.refuse_new(false);
-    let recovery = resumed(&latest, healed, CONNECT + SLACK + Duration::from_secs(5)).await;
+    let recovery = crowd.resumed(healed, CONNECT + SLACK + Duration::from_secs(5)).await;
     let recovery = recovery.expect("every writer acknowledges again once connections pass");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-
-    let mut writers = Vec::new();
-    for task in tasks {
-        writers.push(task.await.expect("writer"));
-    }
+    let writers = crowd.stop().await;
     let fatal: Vec<_> = writers.iter().filter_map(|w| w.fatal.clone()).collect();
     assert!(fatal.is_empty(), "non-retryable errors: {fatal:?}");
     let calls: Vec<_> = writers.iter().flat_map(|w| w.calls.iter().copied()).collect();
@@ -208,39 +97,17 @@ async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     let acknowledged: usize = writers.iter().map(|w| w.acknowledged.len()).sum();
     let retries: usize = writers.iter().map(|w| w.retries).sum();
 
-    // Audit against the table itself, on a direct connection.
-    let mut lost = 0;
-    let mut extra = 0;
-    for writer in &writers {
-        let stored: Vec<String> = admin
-            .query(
-                "SELECT event_id FROM adk_events WHERE app_name = $1 AND session_id = $2 ORDER BY seq",
-                &[&APP, &writer.session_id],
-            )
-            .await
-            .expect("stored events")
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        let acked: Vec<&str> = writer.acknowledged.iter().map(|(id, _)| id.as_str()).collect();
-        // Stored in acknowledgement order, each once; at most the writer's
-        // last call, cut off when the run stopped, may be stored unacknowledged.
-        let prefix: Vec<&str> = stored.iter().take(acked.len()).map(String::as_str).collect();
-        if prefix != acked {
-            lost += 1;
-        }
-        extra += stored.len().saturating_sub(acked.len() + 1);
-    }
+    let Audit { lost, duplicated } = audit(&admin, APP, &writers).await;
     eprintln!(
         "partition: {} calls, {acknowledged} acknowledged, {retries} retries; max stall {max_stall:.2?} \
          (bound {BOUND:?}); every writer resumed {resume:.2?} after the partition; {} calls refused during \
          the refusal, the slowest in {slowest_refusal:.2?}; resumed {recovery:.2?} after it; sessions with \
-         a lost or reordered acknowledgement: {lost}; duplicated: {extra}",
+         a lost or reordered acknowledgement: {lost}; duplicated: {duplicated}",
         calls.len(),
         refused.len()
     );
     assert_eq!(lost, 0, "an acknowledged append is missing or out of order");
-    assert_eq!(extra, 0, "an append is stored twice");
+    assert_eq!(duplicated, 0, "an append is stored twice");
     assert!(max_stall <= BOUND + SLACK, "a call took {max_stall:?}, past the bound {BOUND:?}");
     assert!(resume <= BOUND + CONNECT + SLACK, "resumed only after {resume:?}");
     assert!(!refused.is_empty(), "calls were tried during the refusal");
