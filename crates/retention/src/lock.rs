@@ -51,6 +51,12 @@ pub(crate) enum Acquired {
 }
 
 #[derive(QueryableByName)]
+struct DirectRow {
+    #[diesel(sql_type = Bool)]
+    direct: bool,
+}
+
+#[derive(QueryableByName)]
 struct LockedRow {
     #[diesel(sql_type = Bool)]
     locked: bool,
@@ -99,6 +105,23 @@ impl AdvisoryLock {
         mut conn: AsyncPgConnection,
         key: i64,
     ) -> Result<Result<Self, AsyncPgConnection>, RetentionError> {
+        // A session lock through a transaction pooler would be taken on a
+        // server connection the next statement may not reach, and leak to
+        // whichever client gets it next: refused at once instead.
+        let direct = diesel::sql_query(adk_postgres_connect::DIRECT_SESSION_CHECK)
+            .load::<DirectRow>(&mut conn)
+            .await
+            .and_then(first_row)
+            .map_err(RetentionError::query("check for a connection pooler"))?
+            .direct;
+        if !direct {
+            return Err(RetentionError::InvalidInput {
+                field: "database_url",
+                reason: "this job holds a session-level advisory lock, which a connection pooler cannot keep; \
+                         give it a direct URL to the server"
+                    .into(),
+            });
+        }
         let locked = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
             .bind::<BigInt, _>(key)
             .load::<LockedRow>(&mut conn)

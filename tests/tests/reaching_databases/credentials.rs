@@ -197,3 +197,50 @@ async fn a_failing_provider_is_a_typed_retryable_error() {
     healthy.store(true, Ordering::Relaxed);
     assert!(append_until_stored(&store, &session.key).await.len() < 50, "recovers once the provider does");
 }
+
+/// The README's RDS IAM example, run: its block in "Connecting to
+/// production databases" must be this test's lines between the markers,
+/// and here the "token" is the role's current password.
+#[tokio::test(flavor = "current_thread")]
+async fn the_readmes_password_provider_example_runs() -> Result<(), Box<dyn std::error::Error>> {
+    const README: &str = include_str!("../../../README.md");
+    const THIS_FILE: &str = include_str!("credentials.rs");
+    let section = README.split("\n## Connecting to production databases\n").nth(1).expect("the README's section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let block = section.split("```rust\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("a rust block");
+    let begin = THIS_FILE.find(concat!("// README: ", "begin\n")).expect("begin marker") + "// README: begin\n".len();
+    let end = THIS_FILE.find(concat!("    // README: ", "end")).expect("end marker");
+    let excerpt: String = THIS_FILE[begin..end]
+        .lines()
+        .map(|line| line.strip_prefix("    ").unwrap_or(line))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let block_body: String =
+        block.lines().filter(|l| !l.starts_with("use ") && !l.is_empty()).map(|l| format!("{l}\n")).collect();
+    let excerpt_body: String = excerpt.lines().filter(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect();
+    assert!(block_body.contains("with_password_provider"), "the README's block: {block_body}");
+    assert_eq!(block_body, excerpt_body, "README.md's provider example and this test differ");
+
+    let cluster = cluster_with_password_role().await;
+    let db = test_database_on(cluster).await;
+    let token = format!("token-{}", uuid::Uuid::new_v4().simple());
+    let options = ServiceRoleOptions { create: true, password: Some(token.clone()), apps: AppBinding::AllApps };
+    setup_service_role(db.url(), ROLE, &options).await?;
+    let database_url = role_url(db.url());
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.set(token).expect("set once");
+    async fn rds_auth_token() -> Result<String, std::io::Error> {
+        TOKEN.get().cloned().ok_or_else(|| std::io::Error::other("no token"))
+    }
+    // README: begin
+    // Asked on every new connection: the pool keeps working as tokens expire.
+    let connect = ConnectConfig::from_url(&database_url)?.with_password_provider(Arc::new(|| async {
+        let token = rds_auth_token().await.map_err(|e| CredentialError::new(e.to_string()))?;
+        Ok(Secret::new(token))
+    }));
+    let store = PgSessionStore::connect_with(connect, &PoolConfig::default(), StoreConfig::default()).await?;
+    // README: end
+    let store = store.with_tenant_scope(adk_postgres_storage::TenantScope::PerRequest);
+    store.create(CreateSession::new(AppName::new("app")?, UserId::new("u")?)).await?;
+    Ok(())
+}
