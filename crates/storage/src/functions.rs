@@ -14,9 +14,9 @@
 //! rows whose columns mirror a table take their SQL types from the generated
 //! `adk_postgres_schema::tables`, checked at compile time.
 //!
-//! The statements are fixed texts with every value bound, so they are safe
-//! for diesel-async to keep prepared per connection (diesel's `sql_query`
-//! would re-parse and re-plan on every call: two round trips instead of one).
+//! The statements are fixed texts with every value bound. They are sent
+//! unnamed, in one round trip each ([`crate::conn`]), so they also work
+//! through a transaction pooler.
 
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;

@@ -7,6 +7,12 @@
 //! ([`pg_error`]), and the live change feed ([`watch`]: a session's new
 //! events, or an app's new sessions and events, as they commit).
 //!
+//! Its connections come from `adk-postgres-connect` (TLS, credentials,
+//! keepalives, bounds) and run the store's statements unnamed, one round
+//! trip each ([`pool`]), so the store works on a direct connection and
+//! behind a transaction-mode pooler alike; every call is bounded on the
+//! client by [`PoolConfig::operation_timeout`].
+//!
 //! It must not depend on the adk adapter, the operations crate or any
 //! binary; a service links it to store sessions and nothing more.
 //!
