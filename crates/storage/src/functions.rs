@@ -15,7 +15,7 @@
 //! `adk_postgres_schema::tables`, checked at compile time.
 //!
 //! The statements are fixed texts with every value bound. They are sent
-//! unnamed, in one round trip each ([`crate::conn`]), so they also work
+//! unnamed, in one round trip each (the store's own connection, `conn.rs`), so they also work
 //! through a transaction pooler.
 
 use chrono::{DateTime, Utc};
