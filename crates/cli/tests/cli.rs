@@ -293,6 +293,9 @@ async fn service_role_passwords_travel_only_as_a_scram_verifier() {
     let (port, sent) = recording_proxy(upstream).await;
     url.set_host(Some("127.0.0.1")).expect("host");
     url.set_port(Some(port)).expect("port");
+    // The proxy reads the statements off the wire, which it cannot once the
+    // session is in TLS (the harness's servers offer it, and `prefer` takes it).
+    url.query_pairs_mut().append_pair("sslmode", "disable");
 
     let role = format!("adk_cli_pw_{}", std::process::id());
     let password = "it's a \\'; CREATE TABLE adk_injected (); --";
@@ -741,4 +744,149 @@ async fn the_change_feed_is_off_after_migrating_and_switches_on_and_off() {
     assert!(off.status.success(), "{}", stderr(&off));
     assert_eq!(triggers().await, 0);
     assert_eq!(stdout(&adk_pg(db.url(), &["change-feed", "status"])).trim(), "change feed: off");
+}
+
+/// `url` with its `sslrootcert` pair replaced by `sslrootcert=<ca>`, or
+/// removed when `ca` is `None`.
+fn with_root_cert(url: &str, ca: Option<&std::path::Path>) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let pairs = query.split('&').filter(|pair| !pair.is_empty() && !pair.starts_with("sslrootcert="));
+    let root = ca.map(|ca| format!("sslrootcert={}", ca.display()));
+    let query: Vec<String> = pairs.map(str::to_owned).chain(root).collect();
+    format!("{base}?{}", query.join("&"))
+}
+
+/// `adk-pg serve` on a free port of 127.0.0.1 with `url`: the child (killed
+/// if the test ends first) and the address it says it listens on. Its
+/// stderr is drained from then on, so it never blocks on a full pipe.
+async fn serve(url: &str, token: &str) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", url)
+        .env("ADK_PG_SERVE_TOKEN", token)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start adk-pg serve");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("its stderr")).lines();
+    let listening = async {
+        let mut seen = Vec::new();
+        while let Some(line) = lines.next_line().await.expect("read its stderr") {
+            if let Some(addr) = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()) {
+                return addr.to_owned();
+            }
+            seen.push(line);
+        }
+        panic!("adk-pg serve ended without saying where it listens: {seen:?}");
+    };
+    let addr = tokio::time::timeout(std::time::Duration::from_secs(30), listening)
+        .await
+        .expect("adk-pg serve says where it listens within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+/// A server that takes TLS only, so nothing below can have gone in
+/// plaintext: every command an operator runs works over `verify-full`, and
+/// a CA that did not sign the server's certificate is named as the reason
+/// in the failure, with no password printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_command_works_over_verify_full_and_a_wrong_ca_is_named_without_the_password() {
+    use adk_postgres_testing::{TlsOptions, start_throwaway_tls_cluster, test_database_on};
+    let options = TlsOptions { hostssl_only: true, ..TlsOptions::default() };
+    let (cluster, pki) = tokio::task::spawn_blocking(move || start_throwaway_tls_cluster(&options))
+        .await
+        .expect("task")
+        .expect("a TLS-only cluster");
+    // The database borrows its cluster for the whole test; the watchdog
+    // removes the cluster when the test process ends.
+    let cluster = Box::leak(Box::new(cluster));
+    let db = test_database_on(cluster).await;
+    let url = db.tls_url().await.expect("a verify-full URL");
+    assert!(url.contains("sslmode=verify-full"), "{url}");
+
+    let migrate = adk_pg(&url, &["migrate"]);
+    assert!(migrate.status.success(), "{migrate:?}");
+    assert!(stdout(&migrate).contains("up to date"), "{}", stdout(&migrate));
+    let maintain = adk_pg(&url, &["maintain", "--once"]);
+    assert!(maintain.status.success(), "{maintain:?}");
+    let status = adk_pg(&url, &["status"]);
+    assert_eq!(status.status.code(), Some(0), "{}{}", stdout(&status), stderr(&status));
+    let text = stdout(&status);
+    let connection = text.lines().find(|line| line.contains("connection")).unwrap_or_default();
+    assert!(connection.split_whitespace().any(|cell| cell == "direct"), "{text}");
+
+    let token = "cli-tls-token";
+    let (mut child, addr) = serve(&url, token).await;
+    let (code, body) = http_get(&addr, "/readyz", Some(token)).await;
+    assert_eq!((code, body.as_str()), (200, "ready\n"), "ready over verify-full");
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().expect("running").to_string()])
+        .status()
+        .expect("run kill");
+    assert!(signalled.success());
+    let exit = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("adk-pg serve stops within 30 s of SIGTERM")
+        .expect("its exit status");
+    assert!(exit.success(), "{exit:?}");
+
+    // A password in the URL (trust ignores it) that must appear nowhere.
+    let password = "tls-test-pw-5e1d0c";
+    let mut wrong = url::Url::parse(&with_root_cert(&url, Some(&pki.wrong_ca_cert()))).expect("URL");
+    wrong.set_password(Some(password)).expect("a password");
+    let refused = adk_pg(wrong.as_str(), &["migrate"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let (out, err) = (stdout(&refused), stderr(&refused));
+    assert!(err.contains("not signed by a CA in sslrootcert"), "the reason is named: {err}");
+    assert!(!out.contains(password) && !err.contains(password), "a password was printed: {out}{err}");
+}
+
+/// A folder of the test's own, removed when dropped.
+#[derive(Debug)]
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// libpq's default roots: with no `sslrootcert`, a verify mode trusts
+/// `~/.postgresql/root.crt`, and without that file it fails before
+/// connecting, naming the parameter to set.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_full_without_sslrootcert_trusts_the_homes_root_crt_and_names_it_when_missing() {
+    let db = test_database().await;
+    let url = db.tls_url().await.expect("the shared test server has TLS");
+    let ca = url::Url::parse(&url)
+        .expect("URL")
+        .query_pairs()
+        .find_map(|(key, value)| (key == "sslrootcert").then(|| value.into_owned()))
+        .expect("the TLS URL names its CA");
+    let without_roots = with_root_cert(&url, None);
+    let home = RemovedOnDrop(std::env::temp_dir().join(format!("adk-pg-cli-home-{}", std::process::id())));
+    let home = &home.0;
+    std::fs::create_dir_all(home.join(".postgresql")).expect("a HOME");
+    let migrate = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
+            .arg("migrate")
+            .env("DATABASE_URL", &without_roots)
+            .env("HOME", home)
+            .output()
+            .expect("run adk-pg")
+    };
+
+    let missing = migrate();
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert!(
+        stderr(&missing).contains("sslrootcert") && stderr(&missing).contains("needs trusted roots"),
+        "{missing:?}"
+    );
+
+    std::fs::copy(&ca, home.join(".postgresql/root.crt")).expect("root.crt");
+    let found = migrate();
+    assert!(found.status.success(), "{found:?}");
+    assert!(stdout(&found).contains("up to date"), "{}", stdout(&found));
 }

@@ -58,7 +58,7 @@ pub enum ConnectError {
     #[error("no connection to {target} within {bound:?}")]
     Timeout { target: String, bound: Duration },
     /// The server could not be reached, or closed the connection.
-    #[error("could not reach {target}: {source}")]
+    #[error("could not reach {target}: {}", with_causes(.source))]
     Unreachable {
         target: String,
         #[source]
@@ -70,7 +70,7 @@ pub enum ConnectError {
     /// The server (or a pooler in front of it) refused us: authentication,
     /// `pg_hba.conf`, a missing database, too many connections, or a
     /// server that is starting or shutting down.
-    #[error("{target} refused the connection: {source}")]
+    #[error("{target} refused the connection: {}", refusal(.source))]
     Refused {
         target: String,
         #[source]
@@ -104,5 +104,36 @@ impl ConnectError {
             Self::Tls { reason, .. } => Some(reason),
             _ => None,
         }
+    }
+}
+
+/// An error and its causes on one line: the driver's top line ("error
+/// connecting to server", "db error") says little on its own.
+pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The server's own words for a refusal (SQLSTATE, message, detail).
+fn refusal(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} ({})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(": ");
+                text.push_str(detail);
+            }
+            text
+        }
+        None => with_causes(error),
     }
 }

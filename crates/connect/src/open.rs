@@ -115,7 +115,8 @@ impl ConnectConfig {
     ) -> Result<Self, ConnectError> {
         let info = conninfo::parse(url, environment)?;
         let driver = driver_config(&info)?;
-        let tls = tls::from_conninfo(&info)?;
+        let home = environment("HOME");
+        let tls = tls::from_conninfo(&info, home.as_deref())?;
         let make_tls = MakeRustlsConnect::new((*tls.config).clone());
         let connect_timeout = driver.get_connect_timeout().copied().unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         Ok(Self {
@@ -408,6 +409,13 @@ fn driver_config(info: &ConnInfo) -> Result<tokio_postgres::Config, ConnectError
     for (key, value) in &info.from_environment {
         apply_environment(&mut driver, key, value)?;
     }
+    if driver.get_hosts().is_empty() && !driver.get_hostaddrs().is_empty() {
+        // Only addresses: libpq checks a certificate against the address, so
+        // it is the name TLS is given too.
+        for addr in driver.get_hostaddrs().to_vec() {
+            driver.host(addr.to_string());
+        }
+    }
     if driver.get_hosts().is_empty() {
         // libpq's default: the local socket directory, else localhost.
         #[cfg(unix)]
@@ -566,6 +574,13 @@ mod tests {
         assert!(matches!(weak, Err(ConnectError::InvalidUrl { ref parameter, .. }) if parameter == "sslmode"));
         let bad = ConnectConfig::from_url_with_environment("postgres://u@h/db?sslmode=sometimes", &none);
         assert!(matches!(bad, Err(ConnectError::InvalidUrl { ref parameter, .. }) if parameter == "sslmode"));
+    }
+
+    #[test]
+    fn addresses_alone_are_the_names_tls_checks() {
+        let config = ConnectConfig::from_url_with_environment("hostaddr=127.0.0.1 user=u sslmode=require", &none)
+            .expect("parses");
+        assert!(matches!(config.driver().get_hosts(), [Host::Tcp(host)] if host == "127.0.0.1"));
     }
 
     #[test]

@@ -98,16 +98,16 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// libpq's default files under `~/.postgresql/`, when they exist.
-fn default_file(name: &str) -> Option<PathBuf> {
-    let path = Path::new(&std::env::var_os("HOME")?).join(".postgresql").join(name);
+fn default_file(home: Option<&str>, name: &str) -> Option<PathBuf> {
+    let path = Path::new(home?).join(".postgresql").join(name);
     path.is_file().then_some(path)
 }
 
-pub(crate) fn from_conninfo(info: &ConnInfo) -> Result<Tls, ConnectError> {
+pub(crate) fn from_conninfo(info: &ConnInfo, home: Option<&str>) -> Result<Tls, ConnectError> {
     let roots = match info.get("sslrootcert") {
         Some("system") => Some(Roots::System),
         Some(path) if !path.is_empty() => Some(Roots::File(PathBuf::from(path))),
-        _ => default_file("root.crt").map(Roots::File),
+        _ => default_file(home, "root.crt").map(Roots::File),
     };
     let mode = match info.get("sslmode") {
         Some(mode) => SslMode::parse(mode)?,
@@ -168,17 +168,17 @@ pub(crate) fn from_conninfo(info: &ConnInfo) -> Result<Tls, ConnectError> {
         _ => Arc::new(NoVerification(provider())),
     };
     let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
-    let cert = info.get("sslcert").map(PathBuf::from).or_else(|| default_file("postgresql.crt"));
+    let cert = info.get("sslcert").map(PathBuf::from).or_else(|| default_file(home, "postgresql.crt"));
     let mut config = match cert {
         Some(cert_path) => {
             let key_path =
-                info.get("sslkey").map(PathBuf::from).or_else(|| default_file("postgresql.key")).ok_or_else(|| {
-                    ConnectError::TlsFile {
+                info.get("sslkey").map(PathBuf::from).or_else(|| default_file(home, "postgresql.key")).ok_or_else(
+                    || ConnectError::TlsFile {
                         parameter: "sslkey",
                         path: cert_path.display().to_string(),
                         reason: "a client certificate needs its key (sslkey)".into(),
-                    }
-                })?;
+                    },
+                )?;
             let chain = CertificateDer::pem_file_iter(&cert_path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| file_error("sslcert", &cert_path, e))?;
@@ -343,7 +343,9 @@ pub(crate) fn failure_of(error: &tokio_postgres::Error, host: &str) -> Option<(T
         }
         source = current.source();
     }
-    let text = error.to_string();
+    // The driver's own TLS failures are told apart by their text, which
+    // sits in the error's sources rather than its top line.
+    let text = crate::error::with_causes(error);
     if text.contains("server does not support TLS") {
         return Some((TlsFailure::NotOffered, text));
     }
