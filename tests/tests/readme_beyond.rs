@@ -19,7 +19,7 @@ const THIS_FILE: &str = include_str!("readme_beyond.rs");
 /// The ```rust blocks of the section, each as its lines without indentation.
 fn snippets() -> Vec<Vec<String>> {
     let start = README.find("## Beyond the peers").expect("the section");
-    let end = start + README[start..].find("\n## Run it in production").expect("the next section");
+    let end = start + README[start..].find("\n## Connecting to production databases").expect("the next section");
     let mut blocks = Vec::new();
     let mut current: Option<Vec<String>> = None;
     for line in README[start..end].lines() {

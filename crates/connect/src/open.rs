@@ -279,30 +279,32 @@ impl ConnectConfig {
     }
 
     async fn connect_unbounded(&self) -> Result<Connected, ConnectError> {
-        let mut driver = self.driver.clone();
+        // The driver's config cannot unset `options` once set, so the
+        // attempt with server settings works on a copy and the retry
+        // without them starts again from this one.
+        let mut base = self.driver.clone();
         if let Some(provider) = &self.password {
             let secret: Secret =
                 provider.password().await.map_err(|e| ConnectError::Credentials { message: e.message })?;
-            driver.password(secret.expose());
+            base.password(secret.expose());
         }
         let send_settings = !self.server_settings.is_empty() && !self.pooler_refused_settings();
-        if send_settings {
-            driver.options(self.options_with_settings());
+        if !send_settings {
+            let (client, connection) = self.attempt(&base).await?;
+            return Ok(Connected { client, connection, server_settings_applied: false });
         }
-        match self.attempt(&driver).await {
-            Ok((client, connection)) => Ok(Connected { client, connection, server_settings_applied: send_settings }),
-            Err(ConnectError::Refused { source, .. }) if send_settings && refuses_startup_options(&source) => {
+        let mut with_settings = base.clone();
+        with_settings.options(self.options_with_settings());
+        match self.attempt(&with_settings).await {
+            Ok((client, connection)) => Ok(Connected { client, connection, server_settings_applied: true }),
+            Err(ConnectError::Refused { source, .. }) if refuses_startup_options(&source) => {
                 self.options_refused.store(true, Ordering::Relaxed);
                 tracing::warn!(
                     target = %self.redacted,
                     "the server refused startup options, so a pooler sits in front of it; connecting without \
                      them (server-side timeouts then come from the role's or database's settings)"
                 );
-                match &self.user_options {
-                    Some(options) => driver.options(options),
-                    None => driver.options(""),
-                };
-                let (client, connection) = self.attempt(&driver).await?;
+                let (client, connection) = self.attempt(&base).await?;
                 Ok(Connected { client, connection, server_settings_applied: false })
             }
             Err(e) => Err(e),
