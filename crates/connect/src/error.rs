@@ -64,6 +64,13 @@ pub enum ConnectError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// A connection pooler lent the session ([`crate::ConnectConfig::connect_direct`]):
+    /// the work asked for needs a session of its own.
+    #[error(
+        "{target} goes through a connection pooler (PgBouncer or the like), and this needs a session of its own: \
+         give it a direct URL to the server"
+    )]
+    ThroughPooler { target: String },
     /// The connection was closed, by the server or after a failure.
     #[error("the connection to {target} is closed")]
     Closed { target: String },
@@ -94,7 +101,7 @@ impl ConnectError {
                 let code = code.code();
                 code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "25006"
             }),
-            Self::InvalidUrl { .. } | Self::TlsFile { .. } | Self::Tls { .. } => false,
+            Self::InvalidUrl { .. } | Self::TlsFile { .. } | Self::Tls { .. } | Self::ThroughPooler { .. } => false,
         }
     }
 

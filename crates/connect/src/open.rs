@@ -238,7 +238,7 @@ impl ConnectConfig {
         self.make_tls.clone()
     }
 
-    fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         self.redacted.clone()
     }
 
@@ -255,6 +255,46 @@ impl ConnectConfig {
     pub async fn connect(&self) -> Result<Connected, ConnectError> {
         let bound = self.connect_bound();
         match tokio::time::timeout(bound, self.connect_unbounded()).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(ConnectError::Timeout { target: self.target(), bound }),
+        }
+    }
+
+    /// Opens a session of our own, refusing one that a pooler lends
+    /// ([`ConnectError::ThroughPooler`]) before any statement of the
+    /// caller's runs on it: the session is marked at startup
+    /// ([`Self::marking_direct_sessions`]) and the mark read back with one
+    /// unnamed statement, which leaves nothing behind on a pooled server
+    /// connection.
+    pub async fn connect_direct(&self) -> Result<Connected, ConnectError> {
+        let bound = self.connect_bound();
+        let marked = self.clone().marking_direct_sessions();
+        let check = async {
+            let mut connected = marked.connect_unbounded().await?;
+            if !connected.server_settings_applied {
+                return Err(ConnectError::ThroughPooler { target: self.target() });
+            }
+            let answer = {
+                let query = connected.client.query_typed(DIRECT_SESSION_CHECK, &[]);
+                tokio::pin!(query);
+                tokio::select! {
+                    rows = &mut query => rows,
+                    ended = &mut connected.connection => {
+                        return Err(match ended {
+                            Err(source) => ConnectError::Unreachable { target: self.target(), source },
+                            Ok(()) => ConnectError::Closed { target: self.target() },
+                        });
+                    }
+                }
+            };
+            let direct = answer
+                .map_err(|source| ConnectError::Unreachable { target: self.target(), source })?
+                .first()
+                .and_then(|row| row.try_get::<_, bool>(0).ok())
+                .unwrap_or(false);
+            if direct { Ok(connected) } else { Err(ConnectError::ThroughPooler { target: self.target() }) }
+        };
+        match tokio::time::timeout(bound, check).await {
             Ok(result) => result,
             Err(_elapsed) => Err(ConnectError::Timeout { target: self.target(), bound }),
         }
@@ -371,12 +411,20 @@ fn refuses_startup_options(error: &tokio_postgres::Error) -> bool {
 
 /// A diesel-async connection to `url` (a libpq connection string), for
 /// operator work, with the error as diesel reports connection failures
-/// (its message redacted like every [`ConnectError`]). Its session is
-/// marked direct ([`ConnectConfig::marking_direct_sessions`]), so a caller
-/// can tell whether a pooler lent it.
+/// (its message redacted like every [`ConnectError`]). A session a pooler
+/// lends is refused ([`ConnectConfig::connect_direct`]): diesel-async keeps
+/// named prepared statements and runs `SET`s, and operator work sets
+/// timeouts and takes session locks, all of which a transaction pooler
+/// would leave on a server connection for its next client.
 pub async fn establish(url: &str) -> Result<diesel_async::AsyncPgConnection, diesel::ConnectionError> {
     let bad = |e: ConnectError| diesel::ConnectionError::BadConnection(e.to_string());
-    ConnectConfig::from_url(url).map_err(bad)?.marking_direct_sessions().diesel().await.map_err(bad)
+    let config = ConnectConfig::from_url(url).map_err(bad)?;
+    let connected = config.connect_direct().await.map_err(bad)?;
+    let bound = config.connect_bound();
+    match tokio::time::timeout(bound, connected.into_diesel()).await {
+        Ok(result) => result.map_err(bad),
+        Err(_elapsed) => Err(bad(ConnectError::Timeout { target: config.target(), bound })),
+    }
 }
 
 /// A tokio-postgres client to `url`, driven on the runtime.

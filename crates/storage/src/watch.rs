@@ -398,29 +398,16 @@ async fn feed_connection(store: &PgSessionStore) -> Result<AsyncPgConnection, St
             ),
         )
     };
-    let connected = answered(config.clone().marking_direct_sessions().connect()).await?.map_err(|e| {
-        StoreError::Unavailable { message: format!("could not open the change feed's connection: {e}") }
+    let connected = answered(config.connect_direct()).await?.map_err(|e| match e {
+        adk_postgres_connect::ConnectError::ThroughPooler { .. } => through_pooler(),
+        other => StoreError::Unavailable { message: format!("could not open the change feed's connection: {other}") },
     })?;
-    if !connected.server_settings_applied {
-        return Err(through_pooler());
-    }
-    let mut conn = answered(connected.into_diesel()).await?.map_err(|e| StoreError::Unavailable {
+    let conn = answered(connected.into_diesel()).await?.map_err(|e| StoreError::Unavailable {
         message: format!("could not set up the change feed's connection: {e}"),
     })?;
-    let check = diesel::sql_query(adk_postgres_connect::DIRECT_SESSION_CHECK).load::<DirectSessionRow>(&mut conn);
-    let rows = answered(check).await?.map_err(feed_error)?;
-    let direct = rows.iter().any(|row| row.direct);
-    if !direct {
-        return Err(through_pooler());
-    }
     Ok(conn)
 }
 
-#[derive(diesel::QueryableByName)]
-struct DirectSessionRow {
-    #[diesel(sql_type = diesel::sql_types::Bool)]
-    direct: bool,
-}
 
 /// `query`'s result, or `Unavailable` when no answer came within
 /// [`ANSWER_PATIENCE`].
