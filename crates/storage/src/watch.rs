@@ -408,7 +408,6 @@ async fn feed_connection(store: &PgSessionStore) -> Result<AsyncPgConnection, St
     Ok(conn)
 }
 
-
 /// `query`'s result, or `Unavailable` when no answer came within
 /// [`ANSWER_PATIENCE`].
 async fn answered<T>(query: impl Future<Output = T>) -> Result<T, StoreError> {
