@@ -34,10 +34,7 @@ async fn cluster_with_password_role() -> &'static Cluster {
 }
 
 fn role_url(db_url: &str) -> String {
-    let mut url = url::Url::parse(db_url).expect("URL");
-    url.set_username(ROLE).expect("user");
-    url.set_password(None).expect("no password");
-    url.to_string()
+    adk_postgres_tests::pg::login_url(db_url, ROLE)
 }
 
 async fn set_password(db_url: &str, password: &str) {
