@@ -382,6 +382,17 @@ impl ConnectConfig {
             }
             SslMode::Prefer => {
                 driver.ssl_mode(DriverSslMode::Prefer);
+                match self.open(&driver).await {
+                    // libpq's `prefer`: a TLS connection that fails is
+                    // tried again in plaintext (Citus' self-signed X.509
+                    // v1 certificates, say, which rustls cannot parse).
+                    // Only the verify modes and `require` never fall back.
+                    Err(ConnectError::Tls { reason, .. }) => {
+                        tracing::debug!(%reason, "TLS failed under sslmode=prefer; trying plaintext");
+                        driver.ssl_mode(DriverSslMode::Disable);
+                    }
+                    other => return other,
+                }
             }
             _ => {
                 driver.ssl_mode(DriverSslMode::Require);

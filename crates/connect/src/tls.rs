@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | `disable` | never | | |
 //! | `allow` | only if plaintext is refused | when a root file is given | |
-//! | `prefer` (default) | when the server offers it | when a root file is given | |
+//! | `prefer` (default) | when the server offers it, plaintext again if TLS fails | when a root file is given | |
 //! | `require` | always | when a root file is given | |
 //! | `verify-ca` | always | yes | |
 //! | `verify-full` | always | yes | yes |
