@@ -7,6 +7,9 @@
 //!   targets are judged against;
 //! - [`Flavor::Functions`]: our own SQL functions, the very statements the
 //!   store sends, so the overhead of our SQL shows as the gap between the two.
+//!
+//! The statement-protocol probe ([`crate::protocol`]) also runs our SQL
+//! functions with `-M extended`: unnamed, as the store sends them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,10 +151,33 @@ impl BoundEvent {
     }
 }
 
+/// How pgbench sends its statements (`-M`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// `-M prepared`: each statement prepared once per connection under a
+    /// name, then only bound and executed; the floor's and our SQL
+    /// functions' figures everywhere but the statement-protocol probe.
+    Prepared,
+    /// `-M extended`: each statement unnamed, Parse, Bind, Describe,
+    /// Execute and Sync in one batch every time, as our store sends them.
+    Extended,
+}
+
+impl Protocol {
+    fn flag(self) -> &'static str {
+        match self {
+            Protocol::Prepared => "prepared",
+            Protocol::Extended => "extended",
+        }
+    }
+}
+
 /// One pgbench run: its scripts, clients and variables.
 #[derive(Debug, Clone)]
 pub struct Run {
     pub name: String,
+    pub protocol: Protocol,
     /// (script, weight)
     pub scripts: Vec<(String, u32)>,
     pub clients: usize,
@@ -186,7 +212,7 @@ impl Pgbench {
         }
         std::fs::create_dir_all(&logs)?;
         let mut command = Command::new(&self.binary);
-        command.args(["-n", "-M", "prepared", "--no-vacuum"]);
+        command.args(["-n", "-M", run.protocol.flag(), "--no-vacuum"]);
         command.arg("-c").arg(run.clients.to_string());
         command.arg("-j").arg(run.threads.to_string());
         command.arg("-t").arg(run.transactions.to_string());
@@ -261,7 +287,15 @@ pub fn create_run(flavor: Flavor, name: &str, transactions: usize) -> Run {
     let state = serde_json::to_string(&workload::initial_state()).expect("JSON");
     let mut defines = common();
     defines.push(define("state", state));
-    Run { name: name.to_owned(), scripts: vec![(script, 1)], clients: 1, threads: 1, transactions, defines }
+    Run {
+        name: name.to_owned(),
+        protocol: Protocol::Prepared,
+        scripts: vec![(script, 1)],
+        clients: 1,
+        threads: 1,
+        transactions,
+        defines,
+    }
 }
 
 /// Who appends where: `clients` (on `threads`) each append `transactions`
@@ -301,7 +335,7 @@ pub fn append_run(flavor: Flavor, name: &str, spread: Spread, plain: &BoundEvent
         define("sdelta_u", &with_user.session_delta),
         define("udelta", &with_user.user_delta),
     ]);
-    Run { name: name.to_owned(), scripts, clients, threads, transactions, defines }
+    Run { name: name.to_owned(), protocol: Protocol::Prepared, scripts, clients, threads, transactions, defines }
 }
 
 /// A session's store coordinates the event read binds.
@@ -334,7 +368,15 @@ pub fn get_run(flavor: Flavor, name: &str, transactions: usize, at: &SessionCoor
     if let Some(n) = recent {
         defines.push(define("lim", n));
     }
-    Run { name: name.to_owned(), scripts: vec![(script, 1)], clients: 1, threads: 1, transactions, defines }
+    Run {
+        name: name.to_owned(),
+        protocol: Protocol::Prepared,
+        scripts: vec![(script, 1)],
+        clients: 1,
+        threads: 1,
+        transactions,
+        defines,
+    }
 }
 
 /// `list`: one page of the user's sessions (page size 200, plus one to
@@ -346,5 +388,13 @@ pub fn list_run(flavor: Flavor, name: &str, transactions: usize, user: &str) -> 
     };
     let mut defines = common();
     defines.extend([define("u", user), define("lim", adk_postgres_domain::session::MAX_PAGE_SIZE + 1)]);
-    Run { name: name.to_owned(), scripts: vec![(format!("{sql}\n"), 1)], clients: 1, threads: 1, transactions, defines }
+    Run {
+        name: name.to_owned(),
+        protocol: Protocol::Prepared,
+        scripts: vec![(format!("{sql}\n"), 1)],
+        clients: 1,
+        threads: 1,
+        transactions,
+        defines,
+    }
 }

@@ -30,7 +30,7 @@ const USER: &str = "labelled-user";
 /// Distinct values of the rare and the common label.
 const PROJECTS: i64 = 1_000;
 const TEAMS: i64 = 10;
-/// Calls of each listing before the measured ones (caches, prepared statements).
+/// Calls of each listing before the measured ones (the connection, the server's caches).
 const WARMUP: usize = 20;
 
 /// One listing's figures.

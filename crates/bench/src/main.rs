@@ -3,9 +3,11 @@
 //! `PostgresSessionService`, in one run on one cluster. Run it with
 //! `cargo xtask bench` (add `--quick` for the smoke test).
 //!
-//! Every implementation gets a database of its own on the same server, and
-//! every workload runs on all of them round by round, so the ratios compare
-//! like with like even where absolute timings are noisy.
+//! Every implementation gets a database of its own on the same server, is
+//! reached over the same transport (plaintext, whatever the server offers:
+//! see `server`), and every workload runs on all of them round by round, so
+//! the ratios compare like with like even where absolute timings are noisy.
+//! What TLS would change is measured apart, on our store alone (`tls`).
 
 mod citus;
 mod cpu;
@@ -18,12 +20,14 @@ mod labels;
 mod measure;
 mod ops;
 mod pgstat;
+mod protocol;
 mod proxy;
 mod report;
 mod retention;
 mod rollup;
 mod run;
 mod server;
+mod tls;
 mod workload;
 
 use std::path::PathBuf;

@@ -5,10 +5,21 @@
 //!
 //! A round trip is a message batch the client waits on: everything up to a
 //! `Sync` in the extended protocol, or one simple `Query`. A batch of only
-//! `Close` messages (tokio-postgres closes an unnamed-cache statement that
-//! way when it is dropped) is counted apart: the client does not wait for
-//! it, but the server still processes it. Only used in an untimed pass: the
-//! extra hop would distort latencies.
+//! `Close` messages (tokio-postgres closes a statement it prepared that
+//! way when the statement is dropped) is counted apart: the client does not
+//! wait for it, but the server still processes it. `Parse` messages are
+//! counted too, and mean what the client's protocol makes them mean: a
+//! client keeping named statements (pgbench `-M prepared`, sqlx's cache)
+//! parses once per connection, so about 0 per operation once warm; our
+//! store sends every statement unnamed (`query_typed`), so each of its
+//! statements carries its own `Parse` inside its one batch, and costs no
+//! round trip and leaves no statement to close.
+//!
+//! It reads plaintext only: it answers a client's request for TLS or GSS
+//! encryption itself, with a refusal, so a connection through it is
+//! plaintext or fails (a client asked to `require` TLS), and is never
+//! miscounted from encrypted bytes. Only used in an untimed pass: the extra
+//! hop would distort latencies.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,7 +48,8 @@ pub struct Traffic {
     pub round_trips: u64,
     /// Batches of `Close` only (statements closed, not waited on).
     pub close_batches: u64,
-    /// `Parse` messages: statements (re)prepared.
+    /// `Parse` messages: statements parsed, named (once per connection)
+    /// or unnamed (with every execution, in its own batch).
     pub parses: u64,
     /// Connections opened.
     pub connections: u64,
@@ -99,13 +111,17 @@ impl Proxy {
 async fn forward(client: TcpStream, server: TcpStream, counters: Arc<Counters>) -> std::io::Result<()> {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    let mut client = client;
+    let mut parser = Parser::default();
+    let first = refuse_encryption(&mut client).await?;
+    parser.feed(&first, &counters);
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
+    server_write.write_all(&first).await?;
     let downstream = tokio::spawn(async move {
         let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
         let _ = client_write.shutdown().await;
     });
-    let mut parser = Parser::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = client_read.read(&mut buf).await?;
@@ -118,6 +134,32 @@ async fn forward(client: TcpStream, server: TcpStream, counters: Arc<Counters>) 
     let _ = server_write.shutdown().await;
     let _ = downstream.await;
     Ok(())
+}
+
+/// Answers the client's SSL and GSS encryption requests with `N` (not
+/// supported) until it sends something else, and returns the first 8 bytes
+/// of that (the start of its startup message or cancel request), not yet
+/// forwarded. A direct TLS handshake (`sslnegotiation=direct`, no request
+/// first) is refused by closing the connection.
+async fn refuse_encryption(client: &mut TcpStream) -> std::io::Result<[u8; 8]> {
+    /// The first byte of a TLS record carrying a handshake.
+    const TLS_HANDSHAKE: u8 = 0x16;
+    loop {
+        let mut head = [0u8; 8];
+        client.read_exact(&mut head).await?;
+        if head[0] == TLS_HANDSHAKE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a direct TLS handshake: the counting proxy reads plaintext only",
+            ));
+        }
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let code = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+        if len != 8 || !matches!(code, SSL_REQUEST | GSS_REQUEST) {
+            return Ok(head);
+        }
+        client.write_all(b"N").await?;
+    }
 }
 
 /// Splits the client's byte stream into protocol messages.
@@ -233,5 +275,49 @@ mod tests {
         assert_eq!(counters.round_trips.load(Ordering::Relaxed), 3);
         assert_eq!(counters.close_batches.load(Ordering::Relaxed), 1);
         assert_eq!(counters.parses.load(Ordering::Relaxed), 1);
+    }
+
+    /// An unnamed statement as our store sends it: Parse, Bind, Describe,
+    /// Execute and Sync in one batch, one round trip with its own Parse.
+    #[test]
+    fn an_unnamed_statement_is_one_round_trip_with_its_parse() {
+        let counters = Counters::default();
+        let mut parser = Parser { started: true, ..Parser::default() };
+        for _ in 0..2 {
+            for m in [
+                msg(b'P', b"\0SELECT 1\0\0\0"),
+                msg(b'B', b"\0\0\0\0\0\0\0\0"),
+                msg(b'D', b"P\0"),
+                msg(b'E', b"\0\0\0\0\0"),
+                msg(b'S', b""),
+            ] {
+                parser.feed(&m, &counters);
+            }
+        }
+        assert_eq!(counters.round_trips.load(Ordering::Relaxed), 2);
+        assert_eq!(counters.parses.load(Ordering::Relaxed), 2);
+        assert_eq!(counters.close_batches.load(Ordering::Relaxed), 0);
+    }
+
+    /// A client asking for TLS is refused by the proxy itself, and the
+    /// server sees only the plaintext startup that follows.
+    #[tokio::test]
+    async fn requests_for_encryption_are_refused_not_forwarded() {
+        let upstream = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let proxy = Proxy::start(upstream.local_addr().unwrap()).await.unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", proxy.port())).await.unwrap();
+        let mut request = 8u32.to_be_bytes().to_vec();
+        request.extend_from_slice(&SSL_REQUEST.to_be_bytes());
+        client.write_all(&request).await.unwrap();
+        let mut answer = [0u8; 1];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"N");
+        let startup = [0u8, 0, 0, 12, 0, 3, 0, 0, b'u', 0, b'x', 0];
+        client.write_all(&startup).await.unwrap();
+        let (mut server, _) = upstream.accept().await.unwrap();
+        let mut seen = [0u8; 12];
+        server.read_exact(&mut seen).await.unwrap();
+        assert_eq!(seen, startup);
+        assert_eq!(proxy.read().connections, 1);
     }
 }

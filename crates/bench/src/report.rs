@@ -16,10 +16,12 @@ use crate::labels::LabelListReport;
 use crate::measure::Latency;
 use crate::ops::Op;
 use crate::pgstat::HotRatio;
+use crate::protocol::ProtocolReport;
 use crate::proxy::Traffic;
 use crate::retention::RetentionReport;
 use crate::rollup::{RollupBenchReport, RollupRun};
 use crate::server::{ServerInfo, human_bytes};
+use crate::tls::{SslCount, TlsReport};
 use crate::workload::Plan;
 
 /// One operation on one implementation.
@@ -99,7 +101,9 @@ pub struct RoundTripEntry {
     pub ops: usize,
     /// Message batches the client waited on, per operation.
     pub round_trips_per_op: f64,
-    /// Statements prepared (`Parse`), per operation.
+    /// `Parse` messages per operation: about 0 once warm for a client
+    /// keeping named statements, one per statement for ours (unnamed, each
+    /// parsed inside its own batch).
     pub parses_per_op: f64,
     /// Batches of `Close` only (not waited on), per operation.
     pub closes_per_op: f64,
@@ -188,6 +192,13 @@ pub struct Report {
     pub machine: Machine,
     pub server: ServerInfo,
     pub results: Vec<Measured>,
+    /// The server's view of the compared implementations' open
+    /// connections after the reads: all on plaintext, or the run fails.
+    pub peer_connections: SslCount,
+    /// Our SQL functions sent unnamed against prepared; `None` without pgbench.
+    pub protocol: Option<ProtocolReport>,
+    /// Our store over verified TLS against plaintext; `None` without a CA.
+    pub tls: Option<TlsReport>,
     pub round_trips: RoundTrips,
     /// Many writers at once through the adk trait.
     pub crowd: Vec<CrowdResult>,
@@ -208,7 +219,7 @@ pub struct Report {
     pub targets: Vec<Target>,
 }
 
-fn ratio(a: f64, b: f64) -> Option<f64> {
+pub(crate) fn ratio(a: f64, b: f64) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
 }
 
@@ -587,14 +598,29 @@ impl Report {
              client CPU µs/op: user+sys CPU of the bench process over the timed sections (of pgbench for the \
              pgbench rows, at clock-tick resolution) per operation"
         );
+        println!(
+            "transport: {}; the server saw the implementations' pools after the reads: {}",
+            self.server.transport,
+            self.peer_connections.describe()
+        );
         println!();
         println!("{}", self.results_table());
         println!();
         println!(
-            "Round trips per operation on the wire (waited batches; Parse messages and Close-only batches in brackets):"
+            "Round trips per operation on the wire (waited batches; Parse messages and Close-only batches in \
+             brackets; a client keeping named statements, pgbench -M prepared or sqlx, parses about 0 per \
+             operation once warm, ours sends each statement unnamed with its Parse in the same batch):"
         );
         println!("{}", self.round_trip_table());
         println!();
+        if let Some(protocol) = &self.protocol {
+            println!("{protocol}");
+            println!();
+        }
+        if let Some(tls) = &self.tls {
+            println!("{tls}");
+            println!();
+        }
         println!("HOT updates of the sessions table after the appends:");
         for (peer, hot) in &self.hot {
             println!(

@@ -22,15 +22,17 @@ use adk_session::SessionService;
 use crate::cpu::CpuClock;
 use crate::crowd::{self, CrowdResult};
 use crate::driver::{Driver, Peer, pool_config};
-use crate::floor::{self, BoundEvent, Flavor, Pgbench, SessionCoordinates, Spread};
+use crate::floor::{self, BoundEvent, Flavor, Pgbench, Protocol, SessionCoordinates, Spread};
 use crate::measure::Sample;
 use crate::ops::{self, Op};
 use crate::pgstat::{HotRatio, StatementCount, StatementCounter, hot_ratio};
+use crate::protocol::{ProtocolReport, ProtocolRow};
 use crate::proxy::Proxy;
-use crate::report::{self, Measured, Report, RoundTripKind, RoundTrips};
+use crate::report::{self, Measured, Report, RoundTripKind, RoundTrips, ratio};
 use crate::retention;
 use crate::rollup;
-use crate::server::{Server, connect};
+use crate::server::{Server, Transport, connect, with_transport};
+use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
@@ -43,6 +45,7 @@ const CONCURRENT_BASE: usize = 200_000;
 const RETENTION_DATABASE: &str = "adk_bench_retention";
 const ROLLUP_DATABASE: &str = "adk_bench_rollup";
 const BEYOND_DATABASE: &str = "adk_bench_beyond";
+const TLS_DATABASE: &str = "adk_bench_tls";
 /// Untimed operations of each kind before the round-trip pass counts.
 const WARM_UP: usize = 3;
 
@@ -199,6 +202,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let hot = bench.hot_ratios().await?;
     let coordinates = bench.setup_reads().await?;
     bench.reads(&coordinates).await?;
+    let peer_connections = bench.peer_connections().await?;
+    let protocol = bench.statement_protocols(&coordinates).await?;
+    let tls = bench.tls_leg(today).await?;
     let round_trips = bench.round_trips(&coordinates).await?;
     let crowd = bench.crowd().await?;
 
@@ -209,6 +215,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         machine: report::Machine { load_average_start: load_at_start, ..report::Machine::detect() },
         server: info,
         results: measured,
+        peer_connections,
+        protocol,
+        tls,
         round_trips,
         crowd,
         hot,
@@ -587,6 +596,103 @@ impl Bench {
         Ok(())
     }
 
+    /// What the server says of the implementations' connections still open
+    /// after the reads (the drivers' pools; pgbench's have ended): the
+    /// comparisons' evidence that every one of them ran on plaintext.
+    async fn peer_connections(&self) -> anyhow::Result<SslCount> {
+        let databases: Vec<&str> = self.peers().iter().map(|peer| peer.database()).collect();
+        let count = SslCount::read(&connect(self.server.admin_url()).await?, &databases, None).await?;
+        anyhow::ensure!(count.encrypted == 0, "connections of the compared implementations are encrypted: {count:?}");
+        Ok(count)
+    }
+
+    /// Our SQL functions through pgbench, unnamed against prepared
+    /// ([`crate::protocol`]), on the database and sessions of their rows
+    /// in the main table (appending to the sequential workload's sessions
+    /// again), when pgbench is there.
+    async fn statement_protocols(
+        &mut self,
+        targets: &BTreeMap<Peer, ReadTargets>,
+    ) -> anyhow::Result<Option<ProtocolReport>> {
+        let peer = Peer::Functions;
+        let (Some(pgbench), Some(ReadTargets { small: Some(small), .. })) = (self.pgbench.clone(), targets.get(&peer))
+        else {
+            return Ok(None);
+        };
+        let plain = BoundEvent::of(0)?;
+        let with_user = BoundEvent::of(workload::USER_DELTA_EVERY - 1)?;
+        let appends = Spread {
+            clients: 1,
+            threads: 1,
+            base: SEQUENTIAL_BASE,
+            per_client: self.plan.append_sessions,
+            transactions: self.plan.sessions_per_append_round(false) * EVENTS_PER_SESSION,
+        };
+        let workloads = [Op::Create, Op::AppendSequential, Op::Get40, Op::List100];
+        let mut samples: Vec<[Sample; 2]> = workloads.iter().map(|_| Default::default()).collect();
+        let rounds = self.plan.read_rounds;
+        for round in 0..rounds {
+            log(format!("statement protocol: round {}/{rounds}, our SQL functions unnamed vs prepared", round + 1));
+            let order = if round % 2 == 0 {
+                [Protocol::Prepared, Protocol::Extended]
+            } else {
+                [Protocol::Extended, Protocol::Prepared]
+            };
+            for (i, &op) in workloads.iter().enumerate() {
+                for protocol in order {
+                    let name = format!("{}-protocol-{op:?}-{protocol:?}-{round}", peer.database());
+                    let run = match op {
+                        Op::Create => floor::create_run(Flavor::Functions, &name, self.plan.creates_per_round()),
+                        Op::AppendSequential => {
+                            floor::append_run(Flavor::Functions, &name, appends, &plain, &with_user)
+                        }
+                        Op::Get40 => floor::get_run(Flavor::Functions, &name, self.plan.small_reads, small, None),
+                        _ => floor::list_run(Flavor::Functions, &name, self.plan.small_reads, LIST_USER),
+                    };
+                    let sample = pgbench
+                        .run(&self.urls[&peer], &floor::Run { protocol, ..run })
+                        .with_context(|| format!("{} with -M {protocol:?}", op.label(0)))?;
+                    samples[i][protocol as usize].merge(&sample);
+                }
+            }
+        }
+        let rows = workloads
+            .iter()
+            .zip(samples)
+            .map(|(&op, [prepared, unnamed])| {
+                let (prepared, unnamed) = (prepared.summary(), unnamed.summary());
+                ProtocolRow {
+                    op,
+                    operation: op.label(self.plan.big_session_events),
+                    ops_unnamed_vs_prepared: ratio(unnamed.ops_per_sec, prepared.ops_per_sec),
+                    p50_unnamed_vs_prepared: ratio(unnamed.p50_ms, prepared.p50_ms),
+                    prepared,
+                    unnamed,
+                }
+            })
+            .collect();
+        Ok(Some(ProtocolReport { rounds, rows }))
+    }
+
+    /// The TLS leg, on a database of its own, when the server's CA is known.
+    async fn tls_leg(&mut self, today: NaiveDate) -> anyhow::Result<Option<TlsReport>> {
+        let Some(transport) = self.server.verified_tls() else {
+            self.notes
+                .push("no TLS leg: no CA to verify the server against (DATABASE_URL names no sslrootcert)".to_owned());
+            return Ok(None);
+        };
+        log(format!(
+            "TLS leg: our store over sslmode={} vs sslmode=disable, {} interleaved rounds",
+            transport.sslmode(),
+            self.plan.tls_rounds
+        ));
+        let url = self.server.fresh_database(TLS_DATABASE).await?;
+        migrate_ours(&url, today).await?;
+        let report = tls::measure(&url, TLS_DATABASE, &transport, &self.plan).await?;
+        self.server.drop_database(TLS_DATABASE).await?;
+        Ok(Some(report))
+    }
+
     /// Round trips per operation at the protocol level, through a counting
     /// proxy, in an untimed pass after warm-up.
     async fn round_trips(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<RoundTrips> {
@@ -788,8 +894,10 @@ async fn upstream(url: &str) -> anyhow::Result<std::net::SocketAddr> {
         .ok_or_else(|| anyhow!("{host}:{port} does not resolve"))
 }
 
+/// `url` through the proxy, on plaintext: the proxy parses the protocol
+/// and cannot read TLS.
 fn proxied(url: &str, port: u16) -> anyhow::Result<String> {
-    let mut parsed = Url::parse(url)?;
+    let mut parsed = Url::parse(&with_transport(url, &Transport::Plaintext)?)?;
     parsed.set_host(Some("127.0.0.1"))?;
     parsed.set_port(Some(port)).map_err(|()| anyhow!("cannot set a port on {url}"))?;
     Ok(parsed.into())

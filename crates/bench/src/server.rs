@@ -1,7 +1,16 @@
 //! The PostgreSQL server the benchmark runs on: a throwaway cluster of its
 //! own with durable settings, or the server behind `DATABASE_URL`.
+//!
+//! Every URL it hands out says `sslmode=disable`. libpq's default,
+//! `prefer`, which pgbench and our connect crate both follow, means TLS
+//! wherever the server offers it (the throwaway cluster does), while
+//! adk-session's sqlx is built without TLS and stays on plaintext: left to
+//! their defaults the implementations would not share a transport, and
+//! figures would not compare with runs made before the cluster had TLS.
+//! The TLS leg alone ([`crate::tls`]) asks for `verify-full`, through
+//! [`with_transport`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use adk_postgres_testing::{Cluster, find_server_binaries, start_throwaway_cluster};
 use anyhow::{Context as _, bail};
@@ -23,6 +32,7 @@ const DURABLE: &[(&str, &str)] = &[
 /// Settings printed with the results, so a figure is never read without them.
 const SHOWN: &[&str] = &[
     "server_version",
+    "ssl",
     "fsync",
     "synchronous_commit",
     "full_page_writes",
@@ -42,8 +52,12 @@ const SHOWN: &[&str] = &[
 pub struct Server {
     /// Stopped and deleted when dropped (and by a watchdog if we die first).
     cluster: Option<Cluster>,
-    /// A URL of a maintenance database on the server.
+    /// A URL of a maintenance database on the server, on plaintext.
     admin_url: String,
+    /// The CA a TLS connection verifies the server against (`sslrootcert`,
+    /// escaped for a URL): the throwaway cluster's own, or the one
+    /// `DATABASE_URL` names; without one there is no TLS leg.
+    root_cert: Option<String>,
     /// Where `pgbench` is, when it is anywhere.
     pub bin_dir: Option<PathBuf>,
     /// Whether `pg_stat_statements` is loaded and installed in every
@@ -57,6 +71,69 @@ pub struct ServerInfo {
     pub source: String,
     pub settings: Vec<(String, String)>,
     pub stat_statements: bool,
+    /// How every implementation reaches the server.
+    pub transport: String,
+}
+
+/// How a connection of the bench reaches the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// `sslmode=disable`: every comparison between implementations.
+    Plaintext,
+    /// `sslmode=verify-full` against `root_cert` (as escaped for a URL):
+    /// the chain and the host name checked, as a production client should.
+    VerifiedTls { root_cert: String },
+}
+
+impl Transport {
+    pub fn sslmode(&self) -> &'static str {
+        match self {
+            Transport::Plaintext => "disable",
+            Transport::VerifiedTls { .. } => "verify-full",
+        }
+    }
+}
+
+/// Parameters of a URL that choose its transport; [`with_transport`]
+/// replaces them all, so nothing of `DATABASE_URL`'s own choice is left to
+/// mix with the bench's (`sslnegotiation=direct` without TLS fails).
+const TRANSPORT_PARAMETERS: [&str; 3] = ["sslmode", "sslrootcert", "sslnegotiation"];
+
+/// `url` with its transport set to `transport`, its other parameters kept.
+/// Raw pairs and our own escaping: libpq and the connect crate read `+` as
+/// itself, not as the space form encoding would make of it.
+pub fn with_transport(url: &str, transport: &Transport) -> anyhow::Result<String> {
+    let mut parsed = Url::parse(url).with_context(|| format!("parsing {}", redacted(url)))?;
+    let query = parsed.query().unwrap_or_default().to_owned();
+    let mut pairs: Vec<String> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !TRANSPORT_PARAMETERS.contains(&pair.split('=').next().unwrap_or_default()))
+        .map(str::to_owned)
+        .collect();
+    pairs.push(format!("sslmode={}", transport.sslmode()));
+    if let Transport::VerifiedTls { root_cert } = transport {
+        pairs.push(format!("sslrootcert={root_cert}"));
+    }
+    parsed.set_query(Some(&pairs.join("&")));
+    Ok(parsed.into())
+}
+
+/// A file path as a URL parameter's value.
+fn escaped_path(path: &Path) -> String {
+    path.to_string_lossy()
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => char::from(byte).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// The value of parameter `name` in `url`'s query, as written (escaped).
+fn raw_parameter(url: &str, name: &str) -> Option<String> {
+    let parsed = Url::parse(url).ok()?;
+    let query = parsed.query()?.to_owned();
+    query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=').map(str::to_owned))
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
@@ -87,7 +164,8 @@ impl Server {
     pub async fn throwaway() -> anyhow::Result<Self> {
         let cluster = tokio::task::block_in_place(start_throwaway_cluster)
             .context("starting a throwaway PostgreSQL cluster (server binaries needed: initdb, pg_ctl, postgres)")?;
-        let admin_url = cluster.server_url();
+        let admin_url = with_transport(&cluster.server_url(), &Transport::Plaintext)?;
+        let root_cert = cluster.ca_file().map(escaped_path);
         {
             // The harness's clusters are made for tests (fsync off);
             // postgresql.auto.conf wins over their settings file.
@@ -101,8 +179,14 @@ impl Server {
         }
         tokio::task::block_in_place(|| cluster.restart_fast()).context("restarting with durable settings")?;
         let bin_dir = Some(cluster.bin_dir().to_path_buf());
-        let mut server =
-            Self { cluster: Some(cluster), admin_url, bin_dir, stat_statements: false, settings: Vec::new() };
+        let mut server = Self {
+            cluster: Some(cluster),
+            admin_url,
+            root_cert,
+            bin_dir,
+            stat_statements: false,
+            settings: Vec::new(),
+        };
         server.inspect().await?;
         let client = connect(&server.admin_url).await?;
         let fsync: String = client.query_one("SHOW fsync", &[]).await?.get(0);
@@ -114,11 +198,25 @@ impl Server {
     }
 
     /// Uses the server at `url` (a maintenance database where we may create
-    /// databases).
+    /// databases), on plaintext whatever `sslmode` it names; its
+    /// `sslrootcert`, if any, is what the TLS leg verifies against.
     pub async fn existing(url: &str) -> anyhow::Result<Self> {
         let bin_dir = find_server_binaries().ok().filter(|dir| dir.join("pgbench").is_file());
-        let mut server =
-            Self { cluster: None, admin_url: url.to_owned(), bin_dir, stat_statements: false, settings: Vec::new() };
+        if let Some(mode) = raw_parameter(url, "sslmode").filter(|mode| mode != "disable") {
+            eprintln!(
+                "bench: DATABASE_URL asks for sslmode={mode}; every implementation runs on plaintext \
+                 (sslmode=disable) so their figures compare, and only the TLS leg uses TLS"
+            );
+        }
+        let root_cert = raw_parameter(url, "sslrootcert").filter(|cert| !cert.is_empty());
+        let mut server = Self {
+            cluster: None,
+            admin_url: with_transport(url, &Transport::Plaintext)?,
+            root_cert,
+            bin_dir,
+            stat_statements: false,
+            settings: Vec::new(),
+        };
         server.inspect().await?;
         Ok(server)
     }
@@ -153,7 +251,15 @@ impl Server {
             },
             settings: self.settings.clone(),
             stat_statements: self.stat_statements,
+            transport: "plaintext (sslmode=disable) for every implementation and pgbench; TLS (verify-full) \
+                        only in the TLS leg"
+                .to_owned(),
         }
+    }
+
+    /// The TLS leg's transport, when a CA to verify the server against is known.
+    pub fn verified_tls(&self) -> Option<Transport> {
+        self.root_cert.clone().map(|root_cert| Transport::VerifiedTls { root_cert })
     }
 
     pub fn admin_url(&self) -> &str {
@@ -217,4 +323,27 @@ pub fn human_bytes(bytes: f64) -> String {
         unit += 1;
     }
     if unit == 0 { format!("{value:.0} {}", UNITS[unit]) } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_replaces_the_urls_own_and_keeps_the_rest() {
+        let url = "postgres://u:p%2Bw@127.0.0.1:5432/db?application_name=a+b&sslmode=require\
+                   &sslnegotiation=direct&sslrootcert=%2Fold%2Fca.crt";
+        assert_eq!(
+            with_transport(url, &Transport::Plaintext).unwrap(),
+            "postgres://u:p%2Bw@127.0.0.1:5432/db?application_name=a+b&sslmode=disable"
+        );
+        let root_cert = escaped_path(Path::new("/tmp/adk pg+x/ca.crt"));
+        assert_eq!(root_cert, "/tmp/adk%20pg%2Bx/ca.crt");
+        assert_eq!(
+            with_transport("postgres://u@127.0.0.1:5432/db", &Transport::VerifiedTls { root_cert }).unwrap(),
+            "postgres://u@127.0.0.1:5432/db?sslmode=verify-full&sslrootcert=/tmp/adk%20pg%2Bx/ca.crt"
+        );
+        assert_eq!(raw_parameter(url, "sslrootcert").as_deref(), Some("%2Fold%2Fca.crt"));
+        assert_eq!(raw_parameter(url, "sslcert"), None);
+    }
 }

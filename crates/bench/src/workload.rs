@@ -65,6 +65,11 @@ pub struct Plan {
     pub label_calls: usize,
     /// Appends of each of the 8 writers per round of the change-feed latency.
     pub feed_appends_per_writer: usize,
+    /// Rounds of the TLS leg (each transport once per operation), and the
+    /// sessions each round appends to per transport; its gets read
+    /// `small_reads` and `big_reads` times per round.
+    pub tls_rounds: usize,
+    pub tls_append_sessions: usize,
 }
 
 impl Plan {
@@ -91,6 +96,8 @@ impl Plan {
             label_sessions: 100_000,
             label_calls: 200,
             feed_appends_per_writer: 500,
+            tls_rounds: 8,
+            tls_append_sessions: 10,
         }
     }
 
@@ -118,6 +125,8 @@ impl Plan {
             label_sessions: 10_000,
             label_calls: 50,
             feed_appends_per_writer: 100,
+            tls_rounds: 2,
+            tls_append_sessions: 2,
         }
     }
 
