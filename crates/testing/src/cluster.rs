@@ -105,10 +105,13 @@ pub(crate) fn throwaway_cluster(bin_dir: &Path) -> Result<Cluster, HarnessError>
     throwaway_node(bin_dir, false)
 }
 
-/// A throwaway cluster, loading Citus when `citus` is set. Citus nodes talk
-/// to each other in plaintext and get no TLS; the others get a valid PKI.
+/// A throwaway cluster, loading Citus when `citus` is set. Every node gets a
+/// valid PKI of its own: a Citus node without one makes itself a
+/// self-signed X.509 v1 certificate, which a verifying client cannot use,
+/// and the tests connect to the coordinator over verify-full too. (Citus'
+/// connections between nodes use `sslmode=require`, which checks no CA.)
 pub(crate) fn throwaway_node(bin_dir: &Path, citus: bool) -> Result<Cluster, HarnessError> {
-    let extras = Extras { tls: (!citus).then(TlsOptions::default), ..Extras::default() };
+    let extras = Extras { tls: Some(TlsOptions::default()), ..Extras::default() };
     throwaway_node_with(bin_dir, citus, extras).map(|(cluster, _)| cluster)
 }
 
