@@ -1,11 +1,14 @@
 //! The store on Citus: which tables are distributed, which are copied to
 //! every node, and which functions run where the user's rows are.
 //!
-//! The migrations are the same for one server and for Citus; this module is
-//! the step after them, run by [`crate::run_pending_migrations`] whenever the
+//! The migrations are the same for one server and for Citus, and the
+//! functions' Citus variants sit beside their files in `crates/schema/sql/`
+//! (installed with them, see [`crate::replaceable`]); this module is the
+//! step after both, run by [`crate::run_pending_migrations`] whenever the
 //! database has the `citus` extension. Every step is idempotent, so it runs
 //! again after each later migration and finishes a distribution that was
-//! interrupted.
+//! interrupted. Citus sends a replaced function's new body on to the
+//! workers itself.
 //!
 //! - Sessions, events (still partitioned by day) and user states are
 //!   distributed by `user_id` and colocated: a user's rows live on one
@@ -51,32 +54,6 @@ const REFERENCE_TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("adk_app_states", &[]),
-];
-
-/// Settings the store's functions carry on Citus only: function, setting,
-/// value.
-///
-/// Row-level security on a shard calls adk_acting_app(), whose read of the
-/// bindings (a reference table) Citus refuses inside a shard query as
-/// nested distributed execution. The refusal guards against reading other
-/// shards of distributed tables from a worker; a reference table has a full
-/// copy on every node, so the nested read is local and exact.
-///
-/// One server keeps one generic plan of the get's and the feed's event
-/// reads and of the list's page (migrations 20, 22 and 23); Citus cannot
-/// make one ("could not create distributed plan"), so there they are
-/// planned with their arguments on every call, as they were before, still
-/// with sequential scans off.
-const FUNCTION_SETTINGS: &[(&str, &str, &str)] = &[
-    ("adk_acting_app()", "citus.allow_nested_distributed_execution", "on"),
-    ("adk_get_session(text, text, text, text, bigint, bigint)", "plan_cache_mode", "force_custom_plan"),
-    ("adk_read_events_after(text, text, text, text, bigint, integer)", "plan_cache_mode", "force_custom_plan"),
-    (
-        "adk_list_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb, timestamp with time zone, \
-         timestamp with time zone)",
-        "plan_cache_mode",
-        "force_custom_plan",
-    ),
 ];
 
 /// Settings of the database on Citus. A tenant set with `SET LOCAL
@@ -166,16 +143,6 @@ CREATE EVENT TRIGGER adk_guard_store_schema ON ddl_command_end
     EXECUTE FUNCTION adk_guard_store_schema();
 ";
 
-/// Bodies Citus gets instead of the migrations' faster one-statement ones,
-/// each with what it is for errors: the append as three statements, each
-/// routed to the user's worker, and the create without the subqueries
-/// Citus rejects in an INSERT. Public so that whatever fingerprints the
-/// installed schema (the test harness's templates) hashes this one list.
-pub const CITUS_BODIES: &[(&str, &str)] = &[
-    ("installing the append Citus routes", include_str!("citus_append.sql")),
-    ("installing the create Citus accepts", include_str!("citus_create.sql")),
-];
-
 /// Whether the database runs on Citus, as one boolean column `answer`:
 /// the one test for it, shared by the migrations and by the operations that
 /// take another path there (retention).
@@ -256,26 +223,12 @@ pub(crate) fn distribute(conn: &mut Wrapper) -> Result<CitusLayout, MigrationErr
         run_bound(conn, "SELECT truncate_local_data_after_distributing_table($1::regclass)", table)?;
     }
 
-    // Before the functions are distributed, so that the workers get these
-    // bodies; on a store distributed before, Citus sends the new bodies on.
-    // One batch is one transaction, so each file's SET LOCAL covers it all.
-    for (what, body) in CITUS_BODIES {
-        conn.batch_execute(body).map_err(|e| citus_error(what, e))?;
-    }
     for function in functions_taking_a_user(conn)? {
         run_bound(
             conn,
             "SELECT create_distributed_function($1::regprocedure, 'p_user_id', colocate_with => 'adk_sessions')",
             &function,
         )?;
-    }
-    for (function, setting, value) in FUNCTION_SETTINGS {
-        // ALTER FUNCTION takes no parameters; the names are constants. One
-        // batch is one transaction, so SET LOCAL covers the ALTER.
-        conn.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '5s'; ALTER FUNCTION {function} SET {setting} = {value}"
-        ))
-        .map_err(|e| citus_error(&format!("setting {setting} on {function}"), e))?;
     }
     install_schema_guard(conn)?;
     for (setting, value) in DATABASE_SETTINGS {

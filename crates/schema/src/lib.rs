@@ -1,6 +1,7 @@
 //! The database layout of adk-postgres, as a unit of its own: the embedded
-//! migrations that create it, the typed diesel tables generated from it,
-//! and the names (tables, partitions, advisory lock keys) the SQL and the
+//! migrations that create it, the store's SQL functions (one file per area
+//! in `sql/`, installed after every migrate), the typed diesel tables
+//! generated from it, and the names (tables, partitions, advisory lock keys) the SQL and the
 //! Rust code share.
 //!
 //! It must not depend on the connection pool, the store or any other crate
@@ -12,6 +13,7 @@ pub mod citus;
 pub mod migrations;
 pub mod names;
 pub mod quote;
+pub mod replaceable;
 pub mod tables;
 pub mod tables_print;
 

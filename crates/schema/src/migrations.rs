@@ -10,6 +10,8 @@ use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use crate::citus::{self, CitusLayout};
+use crate::names::lock_keys;
+use crate::replaceable;
 
 /// Every migration in `migrations/` at the workspace root, compiled in.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
@@ -22,10 +24,20 @@ pub enum MigrationError {
     Connect(#[source] diesel::ConnectionError),
     #[error("migration failed: {0}")]
     Apply(String),
+    #[error("installing the store's functions (crates/schema/sql) failed: {0}")]
+    Replaceable(String),
     #[error("distributing the store on Citus failed: {0}")]
     Citus(String),
     #[error("the migration task panicked or was cancelled: {0}")]
     Task(#[from] tokio::task::JoinError),
+}
+
+/// Only the install's BEGIN and COMMIT fail this way; every statement
+/// inside names what it was doing.
+impl From<diesel::result::Error> for MigrationError {
+    fn from(error: diesel::result::Error) -> Self {
+        MigrationError::Replaceable(error.to_string())
+    }
 }
 
 type Wrapper = AsyncConnectionWrapper<AsyncPgConnection>;
@@ -38,7 +50,9 @@ async fn connect(database_url: &str) -> Result<Wrapper, MigrationError> {
     Ok(Wrapper::from(conn))
 }
 
-/// Applies every pending migration, then makes the event partitions the
+/// Applies every pending migration, installs the store's functions from
+/// `crates/schema/sql/` when their text changed (see [`replaceable`]), then
+/// makes the event partitions the
 /// store policy asks for (today through today + `premake_days`, UTC) that
 /// are missing, so a new database takes appends at once, before any
 /// maintenance has run. Returns the versions applied, oldest first.
@@ -86,6 +100,11 @@ async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, Migratio
     let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
         use diesel::connection::SimpleConnection;
+        // Services may migrate on start: they take turns, and the last ones
+        // find nothing pending and the same functions installed. The lock
+        // is the session's, so it goes with the connection whatever fails.
+        conn.batch_execute(&format!("SELECT pg_catalog.pg_advisory_lock({})", lock_keys::MIGRATION))
+            .map_err(|e| MigrationError::Apply(format!("taking the migration lock: {e}")))?;
         if mode.create_citus {
             citus::create_extension(&mut conn)?;
         }
@@ -95,7 +114,9 @@ async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, Migratio
             .iter()
             .map(MigrationVersion::to_string)
             .collect();
-        if citus::citus_installed(&mut conn)? {
+        let on_citus = citus::citus_installed(&mut conn)?;
+        replaceable::install(&mut conn, on_citus)?;
+        if on_citus {
             citus::distribute(&mut conn)?;
         }
         if mode.premake {

@@ -20,10 +20,14 @@ pub const USAGE_STATE: &str = "adk_usage_state";
 pub const USAGE_INVOCATION_TAILS: &str = "adk_usage_invocation_tails";
 pub const USAGE_LATE_EVENTS: &str = "adk_usage_late_events";
 pub const USAGE_RUNS: &str = "adk_usage_runs";
+/// Which text of `crates/schema/sql/` the database holds (its SHA-256), so
+/// an unchanged install after a migrate is a no-op.
+pub const SCHEMA_SQL: &str = "adk_schema_sql";
 
 /// Every table the migrations create: the store's data, its policy and its
-/// history, the tenant bindings, the maintenance log and the usage rollups.
-pub const STORE_TABLES: [&str; 16] = [
+/// history, the tenant bindings, the maintenance log, the usage rollups and
+/// the record of the installed functions.
+pub const STORE_TABLES: [&str; 17] = [
     SESSIONS,
     EVENTS,
     USER_STATES,
@@ -40,6 +44,7 @@ pub const STORE_TABLES: [&str; 16] = [
     USAGE_INVOCATION_TAILS,
     USAGE_LATE_EVENTS,
     USAGE_RUNS,
+    SCHEMA_SQL,
 ];
 
 /// What every daily partition's name starts with; the day follows as `YYYYMMDD`.
@@ -67,6 +72,9 @@ pub mod lock_keys {
     pub const MAINTENANCE: i64 = 0x0adc_9a57_0001;
     pub const CONVERSION: i64 = 0x0adc_9a57_0002;
     pub const INDEX_BUILD: i64 = 0x0adc_9a57_0003;
+    /// Held by a migrate from its first migration to the end of the install
+    /// of the functions: services migrating on start take turns.
+    pub const MIGRATION: i64 = 0x0adc_9a57_0004;
 }
 
 #[cfg(test)]

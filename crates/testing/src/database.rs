@@ -509,8 +509,7 @@ fn migrations_fingerprint() -> u64 {
         // crate; its version is the next best identity.
         hash.write(concat!("adk-postgres-schema@", env!("CARGO_PKG_VERSION")).as_bytes());
     }
-    // The Citus step after the migrations shapes the template too: its
-    // code, and every body it installs, from the list it installs them from.
+    // The Citus step after the migrations shapes the template too.
     files.push(root.join("../crates/schema/src/citus.rs"));
     for file in files {
         hash.write(file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().as_bytes());
@@ -518,11 +517,15 @@ fn migrations_fingerprint() -> u64 {
         hash.write(&std::fs::read(&file).unwrap_or_default());
         hash.write(&[0]);
     }
-    for (what, body) in adk_postgres_schema::citus::CITUS_BODIES {
-        hash.write(what.as_bytes());
-        hash.write(&[0]);
-        hash.write(body.as_bytes());
-        hash.write(&[0]);
+    // And the functions installed after them, from the list they are
+    // installed from (so a test build outside the workspace hashes them too).
+    for file in adk_postgres_schema::replaceable::SQL_FILES {
+        for body in std::iter::once(file.sql).chain(file.citus) {
+            hash.write(file.name.as_bytes());
+            hash.write(&[0]);
+            hash.write(body.as_bytes());
+            hash.write(&[0]);
+        }
     }
     hash.0
 }

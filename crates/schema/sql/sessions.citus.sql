@@ -1,5 +1,6 @@
--- The create as Citus runs it on the user's worker; installed by the
--- distribution step after the migrations (crates/schema/src/citus.rs).
+-- The create as Citus runs it on the user's worker, installed after the
+-- base file's functions on a database with the citus extension
+-- (crates/schema/src/replaceable.rs).
 --
 -- One server inserts and reads the shared state in one statement
 -- (migration 21), a quarter more creates there. Citus rejects any subquery in an
@@ -7,18 +8,13 @@
 -- delete of an expired session holding the id, the policy read, the insert,
 -- and a read (or an upsert) of each shared state.
 --
--- A migration that changes adk_create_session changes this body too; the
+-- Whoever changes sessions.sql's adk_create_session changes this body too: the
 -- conformance and contract suites run on Citus against it.
---
--- Sent as one batch, which PostgreSQL runs as one transaction: the lock
--- timeout holds for all of it and a failure leaves the old body.
-
-SET LOCAL lock_timeout = '5s';
-
 CREATE OR REPLACE FUNCTION adk_create_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_state jsonb, p_ttl interval, p_user_delta jsonb, p_app_delta jsonb, p_display_name text DEFAULT NULL::text, p_labels jsonb DEFAULT '{}'::jsonb)
  RETURNS TABLE(created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, user_state jsonb, app_state jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET search_path = pg_catalog, :"store_schema", pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -62,13 +58,4 @@ BEGIN
 END;
 $$;
 
--- CREATE OR REPLACE resets a function's SET clauses: pin the path again,
--- and say again that PUBLIC may not execute it.
-DO $$
-BEGIN
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION adk_create_session(text, text, text, text, jsonb, interval, jsonb, jsonb, text, jsonb) '
-        'SET search_path = pg_catalog, %I, pg_temp', pg_catalog.current_schema());
-END;
-$$;
 REVOKE EXECUTE ON FUNCTION adk_create_session(text, text, text, text, jsonb, interval, jsonb, jsonb, text, jsonb) FROM PUBLIC;

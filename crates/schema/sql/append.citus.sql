@@ -1,5 +1,6 @@
--- The append as Citus routes it to the one worker of the user; installed by
--- the distribution step after the migrations (crates/schema/src/citus.rs).
+-- The append as Citus routes it to the one worker of the user, installed after
+-- the base file's functions on a database with the citus extension
+-- (crates/schema/src/replaceable.rs).
 --
 -- One server runs the same checks and outcomes as one statement (migration
 -- 10), a quarter more appends there. Citus plans a CTE that inserts through intermediate results sent to
@@ -10,18 +11,13 @@
 -- taken in the same order as on one server: the session row, then the
 -- event, then the session update.
 --
--- A migration that changes adk_append_event changes this body too; the
+-- Whoever changes append.sql's adk_append_event changes this body too: the
 -- conformance and contract suites run on Citus against it.
---
--- Sent as one batch, which PostgreSQL runs as one transaction: the lock
--- timeout holds for all of it and a failure leaves the old body.
-
-SET LOCAL lock_timeout = '5s';
-
 CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
  RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET search_path = pg_catalog, :"store_schema", pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -162,14 +158,5 @@ BEGIN
 END;
 $$;
 
--- CREATE OR REPLACE resets a function's SET clauses: pin the path again,
--- and say again that PUBLIC may not execute it.
-DO $$
-BEGIN
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, '
-        'jsonb, bigint, interval) SET search_path = pg_catalog, %I, pg_temp', pg_catalog.current_schema());
-END;
-$$;
 REVOKE EXECUTE ON FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb,
     jsonb, jsonb, bigint, interval) FROM PUBLIC;

@@ -1,0 +1,184 @@
+-- The append: one event stored, the session moved on, and the state
+-- deltas merged, in one statement on the common path.
+--
+-- Installed after every migrate, in one transaction with the other files
+-- (crates/schema/src/replaceable.rs). Each function is stated whole, with
+-- its SET clauses and grants: change it here, not in a migration.
+
+-- A leaner append: the same outcomes, in one statement on the common path.
+--
+-- Migration 8's append ran up to seven statements per call (the tenant check
+-- in a function of its own, the locking read, the replay lookup, the policy
+-- read, the insert, the update, the result), each planned afresh on every
+-- call under `plan_cache_mode = force_custom_plan`, and switched two GUCs in
+-- and out around it. Now:
+--
+-- * One statement locks the session row, checks in its WHERE everything
+--   that lets an append through (live, open, young enough for the policy,
+--   expected seq), inserts the event and moves the session on. The insert
+--   skips an event id the session already holds (ON CONFLICT DO NOTHING on
+--   the event id key), and the update runs only on the row the insert
+--   returned, so a retried event changes nothing.
+-- * Only when that statement stored nothing does the function find out why,
+--   in migration 8's order (not found, replayed or duplicate, closed, too
+--   old, stale); if it finds no reason (the session changed in between), it
+--   stores the event as migration 8 did, under the row lock.
+-- * The common path no longer reads adk_events at all: the insert routes its
+--   row and probes the event id index, and nothing in it is chosen from the
+--   partition's statistics. The replay lookup, the one read of a partition,
+--   runs only on the rare path and through EXECUTE, planned with its
+--   arguments every time. So `plan_cache_mode = force_custom_plan` has
+--   nothing left to protect here and is dropped: the plans are cached. (The
+--   session row is reached by its primary key, as in every other function of
+--   the store that runs on cached plans.)
+-- Locks are taken in the same order as before: the statement's relations
+-- are locked in the order of its WITH list, the session row lock (ROW SHARE
+-- on adk_sessions) before the event insert (ROW EXCLUSIVE on adk_events)
+-- before the session update (ROW EXCLUSIVE on adk_sessions), so an append
+-- never holds a lock on adk_sessions that a partition being created (ACCESS
+-- EXCLUSIVE on adk_events, then SHARE ROW EXCLUSIVE on adk_sessions) waits
+-- for while it waits for adk_events itself.
+CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
+ RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    s             record;
+    prior_seq     bigint;
+    prior_payload jsonb;
+    lifetime      interval;
+    next_seq      bigint;
+    new_day       date;
+    new_update    timestamptz;
+BEGIN
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
+
+    -- The common path: lock, check, insert, sequence, in one statement.
+    WITH l AS (
+        SELECT a.session_day, a.last_seq
+          FROM adk_sessions a
+         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+           AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
+           AND a.closed_at IS NULL
+           AND coalesce(a.created_at + coalesce(
+                   (SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
+                      FROM adk_store_policy p),
+                   adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
+           AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
+           FOR NO KEY UPDATE OF a
+    ), e AS (
+        INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
+                                      invocation_id, author, event_ts, payload)
+        SELECT p_app_name, p_user_id, p_session_id, l.session_day, l.last_seq + 1, p_event_id,
+               p_invocation_id, p_author, p_event_ts, p_payload
+          FROM l
+        ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
+        RETURNING ev.seq
+    ), u AS (
+        -- now() is the transaction start; a writer that waited for the lock
+        -- may have started before the one it waited for, so never step
+        -- backwards. The state is merged only when the delta has keys.
+        UPDATE adk_sessions a
+           SET last_seq = e.seq,
+               updated_at = greatest(pg_catalog.now(), a.updated_at),
+               state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
+                            THEN a.state || p_session_delta ELSE a.state END
+          FROM e
+         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+        RETURNING a.last_seq, a.session_day, a.updated_at
+    )
+    SELECT u.last_seq, u.session_day, u.updated_at INTO next_seq, new_day, new_update FROM u;
+
+    IF next_seq IS NULL THEN
+        -- Nothing stored: find out why, in migration 8's order.
+        SELECT a.last_seq, a.session_day, a.created_at, a.updated_at, a.expires_at,
+               a.closed_at, a.successor_id
+          INTO s
+          FROM adk_sessions a
+         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+           FOR NO KEY UPDATE;
+
+        IF NOT FOUND OR (s.expires_at IS NOT NULL AND s.expires_at <= pg_catalog.now()) THEN
+            RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::date, NULL::timestamptz,
+                                NULL::jsonb, NULL::text, NULL::interval;
+            RETURN;
+        END IF;
+
+        -- A retry of an append that already succeeded: answer with what is
+        -- stored. Planned with its arguments on every call (EXECUTE), so no
+        -- plan made while the partition was small outlives its growth.
+        EXECUTE 'SELECT e.seq, e.payload FROM adk_events e
+                  WHERE e.app_name = $1 AND e.user_id = $2 AND e.session_id = $3
+                    AND e.session_day = $4 AND e.event_id = $5'
+           INTO prior_seq, prior_payload
+          USING p_app_name, p_user_id, p_session_id, s.session_day, p_event_id;
+        IF prior_seq IS NOT NULL THEN
+            RETURN QUERY SELECT CASE WHEN prior_payload = p_payload THEN 'replayed' ELSE 'duplicate' END,
+                                prior_seq, s.session_day, s.updated_at, prior_payload, NULL::text, NULL::interval;
+            RETURN;
+        END IF;
+
+        IF s.closed_at IS NOT NULL THEN
+            RETURN QUERY SELECT 'closed'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
+                                s.successor_id, NULL::interval;
+            RETURN;
+        END IF;
+        SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
+          INTO lifetime FROM adk_store_policy p;
+        lifetime := coalesce(lifetime, adk_policy_seconds(p_max_lifetime));
+        IF lifetime IS NOT NULL AND s.created_at + lifetime <= pg_catalog.now() THEN
+            RETURN QUERY SELECT 'too_old'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
+                                NULL::text, lifetime;
+            RETURN;
+        END IF;
+        IF p_expected_seq IS NOT NULL AND p_expected_seq <> s.last_seq THEN
+            RETURN QUERY SELECT 'stale'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
+                                NULL::text, NULL::interval;
+            RETURN;
+        END IF;
+
+        -- No reason: the session changed between the two statements. Store
+        -- the event as migration 8 did, under the row lock taken above.
+        next_seq := s.last_seq + 1;
+        new_day := s.session_day;
+        new_update := greatest(pg_catalog.now(), s.updated_at);
+        INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id,
+                                invocation_id, author, event_ts, payload)
+        VALUES (p_app_name, p_user_id, p_session_id, s.session_day, next_seq, p_event_id,
+                p_invocation_id, p_author, p_event_ts, p_payload);
+        UPDATE adk_sessions a
+           SET last_seq = next_seq, updated_at = new_update,
+               state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
+                            THEN a.state || p_session_delta ELSE a.state END
+         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id;
+    END IF;
+
+    IF p_user_delta IS NOT NULL AND p_user_delta <> '{}'::jsonb THEN
+        INSERT INTO adk_user_states AS u (app_name, user_id, state)
+        VALUES (p_app_name, p_user_id, p_user_delta)
+        ON CONFLICT (app_name, user_id)
+        DO UPDATE SET state = u.state || EXCLUDED.state, updated_at = EXCLUDED.updated_at;
+    END IF;
+    IF p_app_delta IS NOT NULL AND p_app_delta <> '{}'::jsonb THEN
+        INSERT INTO adk_app_states AS a (app_name, state)
+        VALUES (p_app_name, p_app_delta)
+        ON CONFLICT (app_name)
+        DO UPDATE SET state = a.state || EXCLUDED.state, updated_at = EXCLUDED.updated_at;
+    END IF;
+
+    outcome := 'stored';
+    seq := next_seq;
+    session_day := new_day;
+    updated_at := new_update;
+    payload := NULL;
+    successor_id := NULL;
+    max_lifetime := NULL;
+    RETURN NEXT;
+END;
+$function$;
+REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval) FROM PUBLIC;

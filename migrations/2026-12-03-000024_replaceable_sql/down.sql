@@ -1,0 +1,1 @@
+DROP TABLE adk_schema_sql;
