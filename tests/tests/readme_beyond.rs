@@ -1,7 +1,7 @@
-//! The README's "Beyond the peers" snippets, kept honest: each ```rust block
-//! of that section stands, line for line, in one of the functions below,
-//! which run it against a real PostgreSQL. A README edit that is not made
-//! here too fails `every_snippet_of_the_section_is_run_here`.
+//! The docs' "beyond the peers" snippets, kept honest: each ```rust block
+//! of `docs/features/` stands, line for line, in one of the functions below,
+//! which run it against a real PostgreSQL. A docs edit that is not made
+//! here too fails `every_snippet_of_the_feature_pages_is_run_here`.
 
 #![allow(unused_variables)]
 
@@ -13,16 +13,21 @@ use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, store};
 use chrono::{TimeDelta, Utc};
 
-const README: &str = include_str!("../../README.md");
+/// The feature pages with snippets, and how many ```rust blocks each has:
+/// a count that drops means a snippet left the page, or its fence broke.
+const FEATURE_PAGES: [(&str, &str, usize); 4] = [
+    ("docs/features/titles-and-labels.md", include_str!("../../docs/features/titles-and-labels.md"), 1),
+    ("docs/features/forks.md", include_str!("../../docs/features/forks.md"), 1),
+    ("docs/features/change-feed.md", include_str!("../../docs/features/change-feed.md"), 1),
+    ("docs/features/erasing-a-user.md", include_str!("../../docs/features/erasing-a-user.md"), 1),
+];
 const THIS_FILE: &str = include_str!("readme_beyond.rs");
 
-/// The ```rust blocks of the section, each as its lines without indentation.
-fn snippets() -> Vec<Vec<String>> {
-    let start = README.find("## Beyond the peers").expect("the section");
-    let end = start + README[start..].find("\n## Connecting to production databases").expect("the next section");
+/// The ```rust blocks of a page, each as its lines without indentation.
+fn snippets(page: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
     let mut current: Option<Vec<String>> = None;
-    for line in README[start..end].lines() {
+    for line in page.lines() {
         match (&mut current, line.trim()) {
             (None, "```rust") => current = Some(Vec::new()),
             (Some(_), "```") => blocks.extend(current.take()),
@@ -34,13 +39,15 @@ fn snippets() -> Vec<Vec<String>> {
 }
 
 #[test]
-fn every_snippet_of_the_section_is_run_here() {
+fn every_snippet_of_the_feature_pages_is_run_here() {
     let here: Vec<&str> = THIS_FILE.lines().map(str::trim).collect();
-    let blocks = snippets();
-    assert_eq!(blocks.len(), 4, "the section's rust blocks: {blocks:#?}");
-    for block in blocks {
-        let found = here.windows(block.len()).any(|window| window.iter().zip(&block).all(|(a, b)| a == b));
-        assert!(found, "this README snippet is not run by this file:\n{}", block.join("\n"));
+    for (path, page, expected) in FEATURE_PAGES {
+        let blocks = snippets(page);
+        assert_eq!(blocks.len(), expected, "{path}'s rust blocks: {blocks:#?}");
+        for block in blocks {
+            let found = here.windows(block.len()).any(|window| window.iter().zip(&block).all(|(a, b)| a == b));
+            assert!(found, "this snippet of {path} is not run by this file:\n{}", block.join("\n"));
+        }
     }
 }
 
@@ -175,3 +182,4 @@ async fn erasing_a_user() -> anyhow::Result<()> {
     assert_eq!(report.erasure().sessions, 0, "a second erasure finds nothing");
     Ok(())
 }
+
