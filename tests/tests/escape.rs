@@ -143,8 +143,8 @@ async fn must(sql: &Client, statement: &str) {
 
 /// Sets the tenant to `app` in a new transaction, until [`end_acting`].
 /// `SET LOCAL` in a transaction block is the one form of the setting that
-/// reaches Citus workers, where row-level security is evaluated (README,
-/// "Scaling out"); a session-level `SET` or `set_config` stays on the
+/// reaches Citus workers, where row-level security is evaluated
+/// (docs/citus.md); a session-level `SET` or `set_config` stays on the
 /// coordinator, so there the workers would see no tenant at all: a forgery
 /// would not really be tried, and a role acting for its own app would see
 /// nothing.
@@ -640,7 +640,7 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
     } else {
         // On Citus, shard queries name catalog functions unqualified, so a
         // planted routine could capture them: the store's schema guard
-        // refuses every one (README, "Scaling out on Citus"). The view
+        // refuses every one (docs/citus.md). The view
         // needs the refused escape_log, and a relation is found by the
         // search_path's order, pg_catalog first, on either.
         for block in SHADOWS.split("\n\n").map(str::trim).filter(|b| !b.is_empty() && !b.starts_with("CREATE VIEW")) {

@@ -1,7 +1,7 @@
-//! The README's "Beyond the peers" snippets, kept honest: each ```rust block
-//! of that section stands, line for line, in one of the functions below,
-//! which run it against a real PostgreSQL. A README edit that is not made
-//! here too fails `every_snippet_of_the_section_is_run_here`.
+//! The docs' "beyond the peers" snippets, kept honest: each ```rust block
+//! of `docs/features/` stands, line for line, in one of the functions below,
+//! which run it against a real PostgreSQL. A docs edit that is not made
+//! here too fails `every_snippet_of_the_feature_pages_is_run_here`.
 
 #![allow(unused_variables)]
 
@@ -13,16 +13,21 @@ use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, store};
 use chrono::{TimeDelta, Utc};
 
-const README: &str = include_str!("../../README.md");
+/// The feature pages with snippets, and how many ```rust blocks each has:
+/// a count that drops means a snippet left the page, or its fence broke.
+const FEATURE_PAGES: [(&str, &str, usize); 4] = [
+    ("docs/features/titles-and-labels.md", include_str!("../../docs/features/titles-and-labels.md"), 1),
+    ("docs/features/forks.md", include_str!("../../docs/features/forks.md"), 1),
+    ("docs/features/change-feed.md", include_str!("../../docs/features/change-feed.md"), 1),
+    ("docs/features/erasing-a-user.md", include_str!("../../docs/features/erasing-a-user.md"), 1),
+];
 const THIS_FILE: &str = include_str!("readme_beyond.rs");
 
-/// The ```rust blocks of the section, each as its lines without indentation.
-fn snippets() -> Vec<Vec<String>> {
-    let start = README.find("## Beyond the peers").expect("the section");
-    let end = start + README[start..].find("\n## Connecting to production databases").expect("the next section");
+/// The ```rust blocks of a page, each as its lines without indentation.
+fn snippets(page: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
     let mut current: Option<Vec<String>> = None;
-    for line in README[start..end].lines() {
+    for line in page.lines() {
         match (&mut current, line.trim()) {
             (None, "```rust") => current = Some(Vec::new()),
             (Some(_), "```") => blocks.extend(current.take()),
@@ -34,13 +39,15 @@ fn snippets() -> Vec<Vec<String>> {
 }
 
 #[test]
-fn every_snippet_of_the_section_is_run_here() {
+fn every_snippet_of_the_feature_pages_is_run_here() {
     let here: Vec<&str> = THIS_FILE.lines().map(str::trim).collect();
-    let blocks = snippets();
-    assert_eq!(blocks.len(), 4, "the section's rust blocks: {blocks:#?}");
-    for block in blocks {
-        let found = here.windows(block.len()).any(|window| window.iter().zip(&block).all(|(a, b)| a == b));
-        assert!(found, "this README snippet is not run by this file:\n{}", block.join("\n"));
+    for (path, page, expected) in FEATURE_PAGES {
+        let blocks = snippets(page);
+        assert_eq!(blocks.len(), expected, "{path}'s rust blocks: {blocks:#?}");
+        for block in blocks {
+            let found = here.windows(block.len()).any(|window| window.iter().zip(&block).all(|(a, b)| a == b));
+            assert!(found, "this snippet of {path} is not run by this file:\n{}", block.join("\n"));
+        }
     }
 }
 
@@ -174,4 +181,236 @@ async fn erasing_a_user() -> anyhow::Result<()> {
     assert_eq!((erased.sessions, erased.events), (1, 1));
     assert_eq!(report.erasure().sessions, 0, "a second erasure finds nothing");
     Ok(())
+}
+
+// The README and docs/, kept navigable: the README stays a page long and no
+// link or anchor in either points at nothing. Plain file reads, no database.
+
+const README_MAX_LINES: usize = 300;
+
+/// The workspace root; this crate is its `tests/` directory.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_owned()
+}
+
+/// README.md and every `.md` under docs/, by path relative to the root.
+fn markdown_pages(root: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, String> {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        pages: &mut std::collections::BTreeMap<std::path::PathBuf, String>,
+    ) {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+            let name = entry.expect("a directory entry").file_name();
+            let path = dir.join(name);
+            if root.join(&path).is_dir() {
+                walk(root, &path, pages);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                pages.insert(path.clone(), read(root, &path));
+            }
+        }
+    }
+    let mut pages = std::collections::BTreeMap::new();
+    pages.insert("README.md".into(), read(root, std::path::Path::new("README.md")));
+    walk(root, std::path::Path::new("docs"), &mut pages);
+    pages
+}
+
+fn read(root: &std::path::Path, path: &std::path::Path) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The page's lines outside fenced code blocks, numbered from 1, with inline
+/// code blanked out: neither can hold a link or a heading. A code span may
+/// wrap onto the next line of its paragraph, so backticks pair up per
+/// paragraph; an unpaired one is a literal backtick.
+fn prose(page: &str) -> Vec<(usize, String)> {
+    let mut lines = Vec::new();
+    let mut paragraph: Vec<(usize, String)> = Vec::new();
+    let mut fenced = false;
+    let flush = |paragraph: &mut Vec<(usize, String)>, lines: &mut Vec<(usize, String)>| {
+        let ticks = paragraph.iter().map(|(_, l)| l.matches('`').count()).sum::<usize>();
+        let mut pairable = ticks - ticks % 2;
+        let mut in_code = false;
+        for (number, line) in paragraph.drain(..) {
+            let blanked = line
+                .chars()
+                .map(|c| {
+                    if c == '`' && pairable > 0 {
+                        pairable -= 1;
+                        in_code = !in_code;
+                        ' '
+                    } else if in_code {
+                        ' '
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            lines.push((number, blanked));
+        }
+    };
+    for (index, line) in page.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            flush(&mut paragraph, &mut lines);
+            fenced = !fenced;
+        } else if !fenced {
+            if line.trim().is_empty() || heading(line).is_some() {
+                flush(&mut paragraph, &mut lines);
+                lines.push((index + 1, line.to_owned()));
+            } else {
+                paragraph.push((index + 1, line.to_owned()));
+            }
+        }
+    }
+    flush(&mut paragraph, &mut lines);
+    lines
+}
+
+/// The text of an ATX heading line (`## Text`), if it is one.
+fn heading(line: &str) -> Option<&str> {
+    let hashes = line.len() - line.trim_start_matches('#').len();
+    let rest = &line[hashes..];
+    ((1..=6).contains(&hashes) && rest.starts_with(' ')).then(|| rest.trim().trim_end_matches('#').trim())
+}
+
+/// GitHub's anchor for a heading: lowercase, spaces become `-`, and every
+/// other character but letters, digits, `-` and `_` is dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every anchor a page's headings make; a repeated heading gets `-1`, `-2`…
+fn anchors(page: &str) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    let mut anchors = std::collections::BTreeSet::new();
+    for (_, line) in prose(page) {
+        if let Some(text) = heading(&line) {
+            let base = slug(text);
+            let count = seen.entry(base.clone()).or_insert(0);
+            anchors.insert(if *count == 0 { base } else { format!("{base}-{count}") });
+            *count += 1;
+        }
+    }
+    anchors
+}
+
+/// The targets of a line's inline links and images, `[text](target)`, without
+/// an optional title.
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut targets = Vec::new();
+    let mut rest = line;
+    while let Some(open) = rest.find("](") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find(')') else { break };
+        targets.push(after[..close].split_whitespace().next().unwrap_or(""));
+        rest = &after[close..];
+    }
+    targets
+}
+
+/// `path` with `.` and `..` resolved, without touching the file system.
+fn normalize(path: &std::path::Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Every relative link of `pages` whose file does not exist under `root`, or
+/// whose `#anchor` names no heading of its page, as `page:line: why`.
+fn broken_links(root: &std::path::Path, pages: &std::collections::BTreeMap<std::path::PathBuf, String>) -> Vec<String> {
+    let mut broken = Vec::new();
+    for (page, text) in pages {
+        for (number, line) in prose(text) {
+            for target in link_targets(&line) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (file, anchor) = target.split_once('#').map_or((target, None), |(f, a)| (f, Some(a)));
+                let path = if file.is_empty() {
+                    page.clone()
+                } else {
+                    normalize(&page.parent().unwrap_or(std::path::Path::new("")).join(file))
+                };
+                let where_ = format!("{}:{number}: `{target}`", page.display());
+                let linked = match pages.get(&path) {
+                    Some(linked) => Some(linked.clone()),
+                    None if root.join(&path).is_file() => std::fs::read_to_string(root.join(&path)).ok(),
+                    None if root.join(&path).exists() => None,
+                    None => {
+                        broken.push(format!("{where_}: no file {}", path.display()));
+                        continue;
+                    }
+                };
+                if let Some(anchor) = anchor {
+                    match linked {
+                        Some(linked) if anchors(&linked).contains(anchor) => {}
+                        Some(_) => broken.push(format!("{where_}: {} has no heading #{anchor}", path.display())),
+                        None => broken.push(format!("{where_}: {} is not a page to have #{anchor}", path.display())),
+                    }
+                }
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn the_readme_fits_on_a_page() {
+    let lines = read(&workspace_root(), std::path::Path::new("README.md")).lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to a page of docs/ and link it"
+    );
+}
+
+#[test]
+fn every_link_in_the_docs_resolves() {
+    let root = workspace_root();
+    let pages = markdown_pages(&root);
+    assert!(pages.len() > 10, "found only {:?}", pages.keys().collect::<Vec<_>>());
+    let broken = broken_links(&root, &pages);
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_follow_githubs_slugs() {
+    let page = "# Run it in production: `adk-pg`\n## Policy and maintenance\n## Policy and maintenance\n\
+                ```sh\n# not a heading\n```\n### Snake_case, 1.0 and… more\n";
+    let expected =
+        ["run-it-in-production-adk-pg", "policy-and-maintenance", "policy-and-maintenance-1", "snake_case-10-and-more"];
+    assert_eq!(anchors(page), expected.iter().map(|a| a.to_string()).collect());
+}
+
+#[test]
+fn a_broken_link_or_anchor_is_reported() {
+    let root = workspace_root();
+    let page = "# Title\n\nSee [the api](docs/store-api.md#use-it), [this](#title) and `[code](nowhere.md)`.\n\
+                Then [gone](docs/nowhere.md), [no such heading](docs/store-api.md#nowhere) and [here](#none).\n\
+                ```md\n[fenced](nowhere.md)\n```\n";
+    let pages = [(std::path::PathBuf::from("README.md"), page.to_owned())].into_iter().collect();
+    let broken = broken_links(&root, &pages);
+    assert_eq!(broken.len(), 3, "{broken:#?}");
+    assert!(broken[0].contains("docs/nowhere.md"), "{broken:#?}");
+    assert!(broken[1].contains("#nowhere"), "{broken:#?}");
+    assert!(broken[2].contains("#none"), "{broken:#?}");
 }

@@ -94,7 +94,7 @@ async fn raw_queries_without_an_app_filter_see_only_the_tenant() {
     };
     assert_eq!(counts(&sql).await, vec![0, 0, 0, 0, 0], "no tenant set: nothing visible");
 
-    // SET LOCAL, the one form that reaches Citus workers (README, "Scaling out").
+    // SET LOCAL, the one form that reaches Citus workers (docs/citus.md).
     sql.batch_execute("BEGIN; SET LOCAL adk.app_name = 'alpha'").await.expect("enter alpha");
     assert_eq!(counts(&sql).await, vec![1, 1, 1, 1, 1]);
     let apps: Vec<String> = sql

@@ -18,8 +18,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply pending schema migrations. On a database with the citus
-    /// extension, then distribute the store by user_id (see README
-    /// "Scaling out")
+    /// extension, then distribute the store by user_id (see
+    /// docs/citus.md)
     Migrate {
         /// Create the citus extension first when the database lacks it
         /// (the server must preload citus and the workers must be added)

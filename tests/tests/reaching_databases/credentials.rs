@@ -200,9 +200,9 @@ async fn a_failing_provider_is_a_typed_retryable_error() {
 /// and here the "token" is the role's current password.
 #[tokio::test(flavor = "current_thread")]
 async fn the_readmes_password_provider_example_runs() -> Result<(), Box<dyn std::error::Error>> {
-    const README: &str = include_str!("../../../README.md");
+    const README: &str = include_str!("../../../docs/connecting.md");
     const THIS_FILE: &str = include_str!("credentials.rs");
-    let section = README.split("\n## Connecting to production databases\n").nth(1).expect("the README's section");
+    let section = README.split("\n## Credentials that rotate\n").nth(1).expect("docs/connecting.md's section");
     let section = section.split("\n## ").next().unwrap_or(section);
     let block = section.split("```rust\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("a rust block");
     let begin = THIS_FILE.find(concat!("// README: ", "begin\n")).expect("begin marker") + "// README: begin\n".len();
