@@ -29,10 +29,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::RetentionError;
 use crate::catalog::{relation_kind, table_columns};
-use crate::error::RetentionError;
 use crate::lock::AdvisoryLock;
-use crate::sql::{LockPolicy, connect, events_schema};
+use adk_postgres_operations::{LockPolicy, connect, events_schema};
 
 pub use crate::watch::BuildProgress;
 pub use names::child_index_name;
