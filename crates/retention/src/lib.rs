@@ -19,6 +19,7 @@
 
 mod catalog;
 pub mod convert;
+mod ddl_watch;
 pub mod expiry;
 pub mod health;
 pub mod index;
@@ -26,7 +27,6 @@ mod lock;
 pub mod maintenance;
 pub mod partitions;
 pub mod policy;
-mod watch;
 
 /// How retention's DDL waits for locks; its configurations carry one.
 pub use adk_postgres_operations::LockPolicy;

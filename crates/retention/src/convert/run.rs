@@ -17,10 +17,10 @@ use super::layout::{BASELINE_VERSION, MIGRATIONS_TABLE};
 use super::plan::plan_steps;
 use super::steps::{Action, StepKind};
 use crate::RetentionError;
-use crate::lock::AdvisoryLock;
-use crate::watch::{
+use crate::ddl_watch::{
     ConcurrentIndex, Observation, Watcher, backend_pid, build_index_concurrently, millis, run_long_watched,
 };
+use crate::lock::AdvisoryLock;
 use adk_postgres_operations::{LockPolicy, LockRetry, ddl};
 
 /// Options of [`convert_events_with`].
