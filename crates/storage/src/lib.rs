@@ -46,17 +46,15 @@ pub use pool::{
 };
 pub mod store;
 
-mod erase;
 mod error;
-mod fork;
 pub mod functions;
 pub mod observe;
 pub mod pg_error;
 
-pub use erase::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
-pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
-pub mod feed;
 pub use feed::{AppFeed, AppNotice, EventFeed};
+pub use store::feed;
+pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
+pub use store::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
 
 /// Migrating is the first thing a service does with the store, so one
 /// dependency is enough for it.
