@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 
 use adk_postgres_dashboard::{ServeConfig, Server, TOKEN_VAR};
-use adk_postgres_retention::sql::connect;
+use adk_postgres_operations::connect;
 use adk_postgres_retention::{
     ConvertProgress, HealthThresholds, IndexProgress, LockPolicy, MaintenanceConfig, conversion_plan, convert_events,
     create_partitioned_index, expire_sessions, health, policy_settings, run_maintenance, store_policy,

@@ -20,7 +20,7 @@ pub use event::{Event, EventActions, PreparedEvent};
 pub use ids::{AppName, SessionId, SessionKey, UserId};
 pub use memory::InMemoryStore;
 pub use metadata::SessionMetadata;
-pub use policy::StorePolicy;
+pub use policy::{StorePolicy, UsagePolicy};
 pub use session::{
     AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
     SessionPage, SessionSummary, StoreConfig,

@@ -6,7 +6,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::{Array, Bool, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 
 /// One index as the catalog describes it.
 #[derive(Debug, Clone, QueryableByName)]

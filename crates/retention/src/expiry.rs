@@ -15,8 +15,8 @@ use diesel::sql_types::{BigInt, Nullable, Timestamptz};
 use diesel_async::RunQueryDsl;
 use serde::Serialize;
 
-use crate::error::RetentionError;
-use crate::sql::{LockPolicy, connect, first_row, on_citus};
+use crate::RetentionError;
+use adk_postgres_operations::{LockPolicy, connect, first_row, on_citus};
 
 /// What an expiry run deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -39,10 +39,10 @@ use diesel::sql_types::{BigInt, Bool, Date, Integer, Nullable, Text, Timestamptz
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 use crate::partitions::{days_ahead, list_orphans, list_partitions};
 use crate::policy::{PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
-use crate::sql::{LockPolicy, connect, events_schema, first_row, on_citus};
+use adk_postgres_operations::{LockPolicy, connect, events_schema, first_row, on_citus};
 
 /// When health turns into alerts.
 #[derive(Debug, Clone)]

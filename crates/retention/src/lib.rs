@@ -19,7 +19,7 @@
 
 mod catalog;
 pub mod convert;
-pub mod error;
+mod ddl_watch;
 pub mod expiry;
 pub mod health;
 pub mod index;
@@ -27,14 +27,15 @@ mod lock;
 pub mod maintenance;
 pub mod partitions;
 pub mod policy;
-pub mod sql;
-mod watch;
 
+/// How retention's DDL waits for locks; its configurations carry one.
+pub use adk_postgres_operations::LockPolicy;
+/// Retention's operations fail as every operation does.
+pub use adk_postgres_operations::OperationsError as RetentionError;
 pub use convert::{
     ConvertOptions, ConvertPlan, ConvertProgress, ConvertReport, ConvertStep, StepKind, conversion_plan,
     convert_events, convert_events_with, plan_conversion,
 };
-pub use error::RetentionError;
 pub use expiry::{ExpiryReport, expire_sessions};
 pub use health::{HealthReport, HealthThresholds, RollupHealth, health};
 pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_index, create_partitioned_index_with};
@@ -43,4 +44,3 @@ pub use policy::{
     KeptDay, PolicySummary, UsageSummary, policy_settings, retire_before, span_text, store_policy, usage_installed,
     usage_policy,
 };
-pub use sql::LockPolicy;

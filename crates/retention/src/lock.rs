@@ -24,8 +24,9 @@ use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Bool};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
-use crate::error::{RetentionError, is_lock_wait};
-use crate::sql::{LockPolicy, first_row};
+use crate::RetentionError;
+use adk_postgres_operations::is_lock_wait;
+use adk_postgres_operations::{LockPolicy, first_row};
 
 /// A held session-level advisory lock and the connection holding it.
 pub(crate) struct AdvisoryLock {

@@ -40,11 +40,11 @@ use diesel::sql_types::{Array, BigInt, Bool, Date, Integer, Jsonb, Nullable, Tex
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 use crate::lock::{Acquired, AdvisoryLock};
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
 use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, on_citus};
+use adk_postgres_operations::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, on_citus};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
 pub const MAINTENANCE_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::MAINTENANCE;

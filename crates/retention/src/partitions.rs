@@ -7,7 +7,7 @@ use diesel::sql_types::{Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 
 pub use adk_postgres_schema::names::{day_of_partition, partition_name};
 

@@ -16,8 +16,8 @@ use diesel::sql_types::{BigInt, Bool, Date, Nullable, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::RetentionError;
-use crate::sql::first_row;
+use crate::RetentionError;
+use adk_postgres_operations::first_row;
 
 /// The policy in a report: whole seconds (sub-second parts are dropped).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -14,7 +14,7 @@ pub enum RollupError {
         source: diesel::result::Error,
     },
     #[error(transparent)]
-    Retention(#[from] adk_postgres_retention::RetentionError),
+    Operations(#[from] adk_postgres_operations::OperationsError),
     #[error("a stored rollup row is unreadable: {0}")]
     Sketch(#[from] SketchError),
     #[error("a stored rollup row is unreadable: {0}")]
@@ -51,7 +51,7 @@ pub enum UsageError {
         source: diesel::result::Error,
     },
     #[error(transparent)]
-    Retention(#[from] adk_postgres_retention::RetentionError),
+    Operations(#[from] adk_postgres_operations::OperationsError),
     #[error("a stored rollup row is unreadable: {0}")]
     Sketch(#[from] SketchError),
     #[error("a stored rollup row is unreadable: {0}")]

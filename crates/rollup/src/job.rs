@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use adk_postgres_retention::LockPolicy;
-use adk_postgres_retention::sql::connect;
+use adk_postgres_operations::LockPolicy;
+use adk_postgres_operations::connect;
 use bigdecimal::BigDecimal;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::QueryableByName;

@@ -19,7 +19,7 @@
 //! partitions.
 //!
 //! What it must not depend on: the store's runtime, the adk adapter or the
-//! CLI. It needs the schema crate's names and retention's operations
+//! CLI. It needs the schema crate's names and the operations crate's
 //! connection, and runs on a connection of its own, never on the append
 //! path. `docs/ARCHITECTURE.md` ("Usage rollups") explains the design.
 

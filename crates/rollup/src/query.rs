@@ -414,12 +414,9 @@ pub async fn usage(conn: &mut AsyncPgConnection, query: &UsageQuery) -> Result<U
 /// Connects with a statement timeout and answers `query`.
 pub async fn usage_at(database_url: &str, query: &UsageQuery) -> Result<UsageReport, UsageError> {
     use diesel_async::SimpleAsyncConnection;
-    let mut conn = adk_postgres_retention::sql::connect(
-        database_url,
-        "adk-pg usage",
-        &adk_postgres_retention::LockPolicy::default(),
-    )
-    .await?;
+    let mut conn =
+        adk_postgres_operations::connect(database_url, "adk-pg usage", &adk_postgres_operations::LockPolicy::default())
+            .await?;
     conn.batch_execute(&format!("SET statement_timeout = {STATEMENT_TIMEOUT_MS}"))
         .await
         .map_err(UsageError::query("set the statement timeout"))?;

@@ -4,7 +4,7 @@
 //! through a typed wrapper ([`functions`]). Also here: setting up the
 //! service roles that may call those functions and nothing else
 //! ([`tenancy`]), the one classifier of PostgreSQL failures
-//! ([`pg_error`]), and the live change feed ([`watch`]: a session's new
+//! ([`pg_error`]), and the live change feed ([`feed`]: a session's new
 //! events, or an app's new sessions and events, as they commit).
 //!
 //! Its connections come from `adk-postgres-connect` (TLS, credentials,
@@ -46,17 +46,15 @@ pub use pool::{
 };
 pub mod store;
 
-mod erase;
 mod error;
-mod fork;
 pub mod functions;
 pub mod observe;
 pub mod pg_error;
 
-pub use erase::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
+pub use feed::{AppFeed, AppNotice, EventFeed};
+pub use store::feed;
 pub use store::{CheckoutObserver, PgSessionStore, TenantScope};
-pub mod watch;
-pub use watch::{AppFeed, AppNotice, EventFeed};
+pub use store::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
 
 /// Migrating is the first thing a service does with the store, so one
 /// dependency is enough for it.

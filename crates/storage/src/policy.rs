@@ -37,77 +37,9 @@ const MICROS_PER_DAY: i128 = 86_400_000_000;
 /// changed the row between its read and its write.
 const AMEND_ATTEMPTS: u32 = 5;
 
-/// Shortest and longest lateness window the database accepts
-/// (`adk_store_policy_usage_lateness_range`).
-pub const MIN_USAGE_LATENESS: Duration = Duration::from_secs(60);
-pub const MAX_USAGE_LATENESS: Duration = Duration::from_secs(7 * 86_400);
-
-/// The usage rollups' part of the policy row: how late an event may arrive
-/// and still be rolled up, and how long each rollup level is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UsagePolicy {
-    /// Events whose own time is further than this from their arrival are
-    /// counted as late, not rolled up (1 minute to 7 days).
-    pub lateness: Duration,
-    /// How long minute rows are kept; at least a day longer than the
-    /// lateness window, so a late event still finds the minutes its hour is
-    /// recomputed from.
-    pub minute_retention: Duration,
-    /// How long hour rows are kept; never shorter than the minutes'.
-    pub hour_retention: Duration,
-    /// How long day rows are kept, `None` for ever; never shorter than the
-    /// hours'.
-    pub day_retention: Option<Duration>,
-}
-
-impl Default for UsagePolicy {
-    /// What migration 12 installs.
-    fn default() -> Self {
-        const DAY: Duration = Duration::from_secs(86_400);
-        Self { lateness: DAY, minute_retention: DAY * 14, hour_retention: DAY * 400, day_retention: None }
-    }
-}
-
-impl UsagePolicy {
-    /// Refuses the tiers the database's CHECK constraints would refuse,
-    /// naming the field that would have to be longer, so nothing is sent.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        if self.lateness < MIN_USAGE_LATENESS || self.lateness > MAX_USAGE_LATENESS {
-            return Err(StoreError::invalid(
-                "usage_lateness",
-                format!("{:?} is outside 1 minute to 7 days", self.lateness),
-            ));
-        }
-        let covers_lateness = self.lateness.saturating_add(Duration::from_secs(86_400));
-        if self.minute_retention < covers_lateness {
-            return Err(StoreError::invalid(
-                "usage_minute_retention",
-                format!(
-                    "{:?} is shorter than the lateness window ({:?}) plus a day",
-                    self.minute_retention, self.lateness
-                ),
-            ));
-        }
-        if self.hour_retention < self.minute_retention {
-            return Err(StoreError::invalid(
-                "usage_hour_retention",
-                format!(
-                    "{:?} is shorter than the minute tier's retention ({:?})",
-                    self.hour_retention, self.minute_retention
-                ),
-            ));
-        }
-        if let Some(days) = self.day_retention
-            && days < self.hour_retention
-        {
-            return Err(StoreError::invalid(
-                "usage_day_retention",
-                format!("{days:?} is shorter than the hour tier's retention ({:?})", self.hour_retention),
-            ));
-        }
-        Ok(())
-    }
-}
+/// The rollups' tiers are a type of the domain, like [`StorePolicy`]; they
+/// are named here too because this module reads and writes them.
+pub use adk_postgres_domain::policy::{MAX_USAGE_LATENESS, MIN_USAGE_LATENESS, UsagePolicy};
 
 /// The whole policy row: the store's policy and the usage rollups' tiers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

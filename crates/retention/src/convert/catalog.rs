@@ -10,9 +10,9 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use super::layout::MIGRATIONS_TABLE;
+use crate::RetentionError;
 use crate::catalog::{IndexInfo, schema_indexes};
-use crate::error::RetentionError;
-use crate::sql::{LockPolicy, connect, events_schema, first_row};
+use adk_postgres_operations::{LockPolicy, connect, events_schema, first_row};
 
 /// An operations connection whose search path is the tables' schema, so
 /// migration 000001's unqualified DDL lands next to the old table.

@@ -8,7 +8,7 @@ use adk_postgres_schema::migrations::MIGRATIONS;
 use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 
 /// The old table's name once it is a partition.
 pub const LEGACY_PARTITION: &str = "adk_events_legacy";

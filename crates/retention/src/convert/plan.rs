@@ -15,9 +15,9 @@ use super::layout::{
 };
 use super::steps::{Action, ConvertStep, StepKind};
 use super::swap::swap_actions;
-use crate::error::RetentionError;
+use crate::RetentionError;
 use crate::partitions::partition_name;
-use crate::sql::LockPolicy;
+use adk_postgres_operations::LockPolicy;
 
 /// What a conversion would do now: the `--dry-run` output.
 #[derive(Debug, Clone, Serialize)]

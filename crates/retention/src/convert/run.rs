@@ -16,12 +16,12 @@ use super::catalog::{Catalog, open};
 use super::layout::{BASELINE_VERSION, MIGRATIONS_TABLE};
 use super::plan::plan_steps;
 use super::steps::{Action, StepKind};
-use crate::error::RetentionError;
-use crate::lock::AdvisoryLock;
-use crate::sql::{LockPolicy, LockRetry, ddl};
-use crate::watch::{
+use crate::RetentionError;
+use crate::ddl_watch::{
     ConcurrentIndex, Observation, Watcher, backend_pid, build_index_concurrently, millis, run_long_watched,
 };
+use crate::lock::AdvisoryLock;
+use adk_postgres_operations::{LockPolicy, LockRetry, ddl};
 
 /// Options of [`convert_events_with`].
 #[derive(Debug, Clone, Default)]

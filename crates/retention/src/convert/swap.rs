@@ -15,7 +15,7 @@ use super::layout::{
     SESSION_DAY, SESSIONS, parent_ddl,
 };
 use super::steps::Action;
-use crate::error::RetentionError;
+use crate::RetentionError;
 use crate::partitions::partition_name;
 
 /// A literal that casts to the relation `name` in the pinned schema.

@@ -11,7 +11,7 @@ use diesel::sql_types::{Array, BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 use crate::partitions::{Partition, days_ahead};
 
 /// One node of a Citus cluster as the store sees it.

@@ -11,10 +11,10 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::names::child_index_name;
 use super::{IndexOptions, IndexProgress, IndexReport};
+use crate::RetentionError;
 use crate::catalog::{IndexInfo, index_info, relation_kind};
-use crate::error::RetentionError;
-use crate::sql::{LockPolicy, ddl};
-use crate::watch::{ConcurrentIndex, Watcher, backend_pid, build_index_concurrently, millis};
+use crate::ddl_watch::{ConcurrentIndex, Watcher, backend_pid, build_index_concurrently, millis};
+use adk_postgres_operations::{LockPolicy, ddl};
 
 /// Everything one run works with, so each step reads what it needs from
 /// one place instead of from a long argument list.

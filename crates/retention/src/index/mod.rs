@@ -29,12 +29,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::RetentionError;
 use crate::catalog::{relation_kind, table_columns};
-use crate::error::RetentionError;
 use crate::lock::AdvisoryLock;
-use crate::sql::{LockPolicy, connect, events_schema};
+use adk_postgres_operations::{LockPolicy, connect, events_schema};
 
-pub use crate::watch::BuildProgress;
+pub use crate::ddl_watch::BuildProgress;
 pub use names::child_index_name;
 
 /// Key of the advisory lock that keeps two index builds apart: both would
@@ -190,7 +190,7 @@ pub async fn create_partitioned_index_with(
     let mut report = build.report;
     lock.release().await;
     outcome?;
-    report.elapsed_ms = crate::watch::millis(started.elapsed());
+    report.elapsed_ms = crate::ddl_watch::millis(started.elapsed());
     progress(IndexProgress::Finished { index: name.to_owned(), valid: report.parent_valid });
     Ok(report)
 }

@@ -3,7 +3,7 @@
 //! truncates silently would no longer match the catalog lookups that make
 //! a build resumable.
 
-use crate::error::RetentionError;
+use crate::RetentionError;
 
 /// PostgreSQL truncates identifiers longer than this (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;

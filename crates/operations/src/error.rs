@@ -1,10 +1,11 @@
-//! Why retention work failed, typed so a caller can tell a lock wait it
-//! gave up on from refused input, a conflict or an unmigrated database.
+//! Why an operation failed, typed so a caller can tell a lock wait it gave
+//! up on from refused input, a conflict or an unmigrated database.
 
-/// Why a maintenance, expiry, conversion, index or health operation failed.
+/// Why a maintenance, expiry, conversion, index, health or rollup
+/// operation failed. Retention publishes it as `RetentionError`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RetentionError {
+pub enum OperationsError {
     #[error("could not connect: {0}")]
     Connect(#[from] diesel::ConnectionError),
     #[error("{context}: {source}")]
@@ -29,8 +30,9 @@ pub enum RetentionError {
     Store(#[from] adk_postgres_domain::StoreError),
 }
 
-impl RetentionError {
-    pub(crate) fn query(context: impl Into<String>) -> impl FnOnce(diesel::result::Error) -> Self {
+impl OperationsError {
+    /// Wraps a failed statement with what it was doing, for `map_err`.
+    pub fn query(context: impl Into<String>) -> impl FnOnce(diesel::result::Error) -> Self {
         let context = context.into();
         move |source| Self::Query { context, source }
     }
@@ -38,7 +40,7 @@ impl RetentionError {
 
 /// Whether `error` is PostgreSQL giving up on a lock (lock_timeout) or
 /// breaking a deadlock: both are worth another attempt after a pause.
-pub(crate) fn is_lock_wait(error: &diesel::result::Error) -> bool {
+pub fn is_lock_wait(error: &diesel::result::Error) -> bool {
     use adk_postgres_storage::pg_error::{PgFailure, classify};
     matches!(classify(error), PgFailure::LockTimeout | PgFailure::Deadlock)
 }

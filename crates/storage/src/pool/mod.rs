@@ -13,6 +13,13 @@ use adk_postgres_connect::{ConnectConfig, ConnectError};
 
 pub use crate::conn::PgConn;
 
+mod gate;
+mod retry;
+
+pub use gate::CheckoutObserver;
+pub(crate) use gate::FairGate;
+pub(crate) use retry::{ConflictRetry, no_answer, with_retries};
+
 /// A bb8 pool of the store's connections, with the settings they were
 /// made with (the change feed opens its own connection from them).
 #[derive(Debug, Clone)]

@@ -6,7 +6,8 @@ use adk_postgres_domain::{GetOptions, Session, SessionId, SessionKey, StoreError
 use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{self as sql, ForkOutcome, ForkRow};
-use crate::store::{PgSessionStore, interval, only_row, with_retries};
+use crate::pool::with_retries;
+use crate::store::{PgSessionStore, interval, only_row};
 
 impl PgSessionStore {
     /// One call of `adk_fork_session` (the copy is atomic inside it), then a

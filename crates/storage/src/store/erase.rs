@@ -30,7 +30,8 @@ use serde::Serialize;
 use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{self as sql, EraseOutcome, ErasureBatchRow, ErasureBegunRow, ErasurePreviewRow};
-use crate::store::{PgSessionStore, only_row, with_retries};
+use crate::pool::with_retries;
+use crate::store::{PgSessionStore, only_row};
 
 /// Rows one batch marks or deletes by default.
 pub const DEFAULT_ERASE_BATCH: u32 = 1_000;

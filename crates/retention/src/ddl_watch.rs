@@ -11,9 +11,9 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde::Serialize;
 
+use crate::RetentionError;
 use crate::catalog::index_info;
-use crate::error::RetentionError;
-use crate::sql::{LockPolicy, LockRetry, connect, ddl, first_row};
+use adk_postgres_operations::{LockPolicy, LockRetry, connect, ddl, first_row};
 
 /// How often a running build or validation is looked at.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);

@@ -1,0 +1,148 @@
+//! A session's events: append (making a missing day's partition first when
+//! it must) and rewind.
+
+use std::future::Future;
+
+use adk_postgres_domain::{AppendOptions, Appended, Event, GetOptions, Session, SessionId, SessionKey, StoreError};
+use serde_json::Value;
+
+use super::{PgSessionStore, interval, only_row, single, stored_event, to_json, version};
+use crate::conn::Load as _;
+use crate::error::from_diesel;
+use crate::functions::{self as sql, AppendOutcome, AppendRow, PremadeRow, RewindOutcome, RewindRow};
+use crate::policy::interval_duration;
+use crate::pool::with_retries;
+
+impl PgSessionStore {
+    /// Runs a write that may need today's event partition; when the
+    /// partition is missing, makes the policy's partitions (through the
+    /// narrow `adk_premake_event_partitions`, which runs as the tables' owner)
+    /// and runs it once more. A new database or a store running as a
+    /// service role never needs `adk-pg maintain` before its first append;
+    /// a day the policy does not premake stays a loud `PartitionMissing`.
+    pub(super) async fn with_partition<T, F, Fut>(&self, mut write: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        match write().await {
+            Err(missing @ StoreError::PartitionMissing { .. }) => {
+                let premade = with_retries!(self, |conn| sql::PremakeEventPartitions
+                    .load::<PremadeRow>(&mut conn)
+                    .await
+                    .map_err(|e| from_diesel(e, "state")));
+                match premade {
+                    Ok(rows) => {
+                        let made = single(rows).and_then(|r| r.adk_premake_event_partitions).unwrap_or(0);
+                        tracing::info!(%missing, made, "made missing event partitions");
+                        write().await
+                    }
+                    Err(e) => {
+                        tracing::warn!(%missing, error = %e, "could not make the missing event partition");
+                        Err(missing)
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+
+    pub(super) async fn append_event(
+        &self,
+        key: &SessionKey,
+        event: Event,
+        options: AppendOptions,
+    ) -> Result<Appended, StoreError> {
+        if event.is_partial() {
+            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
+        }
+        let (event, prepared) = event.prepare_for_store()?;
+        let expected = options
+            .expected_version
+            .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
+            .transpose()?;
+        let max_lifetime = self.config.max_session_lifetime.map(|d| interval("max_session_lifetime", d)).transpose()?;
+        const DELTA_FIELD: &str = "event.actions.state_delta";
+        let session_delta = to_json(prepared.delta.session);
+        let user_delta = to_json(prepared.delta.user);
+        let app_delta = to_json(prepared.delta.app);
+
+        let row = self
+            .with_partition(|| async {
+                with_retries!(self, |conn| sql::AppendEvent {
+                    key: self.key_args(key),
+                    event_id: event.id.as_str(),
+                    invocation_id: Some(event.invocation_id.as_str()).filter(|s| !s.is_empty()),
+                    author: event.author.as_str(),
+                    event_ts: prepared.event_ts,
+                    payload: &prepared.payload,
+                    session_delta: &session_delta,
+                    user_delta: &user_delta,
+                    app_delta: &app_delta,
+                    expected_seq: expected,
+                    max_lifetime,
+                }
+                .load::<AppendRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, DELTA_FIELD))
+                .and_then(|rows| only_row(rows, "adk_append_event")))
+            })
+            .await?;
+        let seq = row.seq.map(version);
+        match row.outcome {
+            AppendOutcome::Stored => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
+            AppendOutcome::Replayed => Ok(Appended {
+                event: stored_event(row.payload.unwrap_or(Value::Null))?,
+                seq,
+                replayed: true,
+                last_update_time: row.updated_at,
+            }),
+            AppendOutcome::Duplicate => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
+            AppendOutcome::Stale => Err(StoreError::StaleSession {
+                key: key.clone(),
+                expected: options.expected_version.unwrap_or_default(),
+                actual: seq.unwrap_or_default(),
+            }),
+            AppendOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+            AppendOutcome::Closed => Err(StoreError::SessionClosed {
+                key: key.clone(),
+                successor: row.successor_id.and_then(|s| SessionId::new(s).ok()),
+            }),
+            AppendOutcome::TooOld => Err(StoreError::LifetimeExceeded {
+                key: key.clone(),
+                max_lifetime: row.max_lifetime.as_ref().and_then(interval_duration).unwrap_or_default(),
+            }),
+        }
+    }
+    pub(super) async fn rewind_session(
+        &self,
+        key: &SessionKey,
+        keep: u64,
+        expected_version: Option<u64>,
+    ) -> Result<Session, StoreError> {
+        let keep_seq = i64::try_from(keep).map_err(|_| StoreError::invalid("keep", "out of range"))?;
+        let expected = expected_version
+            .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
+            .transpose()?;
+        let row = with_retries!(self, |conn| sql::RewindSession {
+            key: self.key_args(key),
+            keep: keep_seq,
+            expected_seq: expected
+        }
+        .load::<RewindRow>(&mut conn)
+        .await
+        .map_err(|e| from_diesel(e, "state"))
+        .and_then(|rows| only_row(rows, "adk_rewind_session")))?;
+        let current = row.seq.map(version).unwrap_or_default();
+        match row.outcome {
+            RewindOutcome::Rewound => self.load_session(key, GetOptions::default()).await,
+            RewindOutcome::NotFound => Err(StoreError::NotFound(key.clone())),
+            RewindOutcome::Stale => Err(StoreError::StaleSession {
+                key: key.clone(),
+                expected: expected_version.unwrap_or_default(),
+                actual: current,
+            }),
+            RewindOutcome::Beyond => Err(StoreError::invalid("keep", format!("the session has only {current} events"))),
+        }
+    }
+}
