@@ -107,7 +107,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 if !layout.schema_guarded {
                     eprintln!(
                         "citus: WARNING: the store's schema is not guarded (migrate as a superuser to install the \
-                         guard); on Citus, no other role may have CREATE on it (README, \"Scaling out on Citus\")"
+                         guard); on Citus, no other role may have CREATE on it (docs/citus.md)"
                     );
                 }
             }

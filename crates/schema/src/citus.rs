@@ -128,7 +128,7 @@ BEGIN
                             command.object_type, command.schema_name
                 USING ERRCODE = 'insufficient_privilege',
                       HINT = 'On Citus, shard queries name catalog functions unqualified; '
-                             'a routine here could capture them (README, Scaling out).';
+                             'a routine here could capture them (docs/citus.md).';
         END IF;
     END LOOP;
 END

@@ -169,7 +169,7 @@ impl std::fmt::Display for ServiceRoleReport {
         if self.bindings.is_empty() {
             writeln!(f, "WARNING: {role} is bound to no app and can act for none; add --app APP")?;
         }
-        write!(f, "connect the service as {role} with a tenant scope (see README, Security)")
+        write!(f, "connect the service as {role} with a tenant scope (see docs/security.md)")
     }
 }
 
