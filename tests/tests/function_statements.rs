@@ -120,6 +120,8 @@ async fn statements_of(body: Option<&str>, work: impl AsyncFnOnce(&Client)) -> V
         "the test cluster must preload pg_stat_statements (Debian's postgresql-15 ships it); got {preloaded:?}"
     );
     if let Some(body) = body {
+        // The test database's store lives in `public`.
+        let body = body.replace(adk_postgres_schema::replaceable::SCHEMA_PLACEHOLDER, "public");
         sql.batch_execute(&format!("BEGIN; {body} COMMIT;")).await.unwrap();
     }
     sql.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.unwrap();
