@@ -156,16 +156,16 @@ pub(crate) fn citus_installed(conn: &mut Wrapper) -> Result<bool, MigrationError
 
 /// The one boolean column, named `answer`, of a catalog question.
 #[derive(QueryableByName)]
-struct Answer {
+pub(crate) struct Answer {
     #[diesel(sql_type = Bool)]
-    answer: bool,
+    pub(crate) answer: bool,
 }
 
 /// The one text column, named `text`, of each row of a catalog query.
 #[derive(QueryableByName)]
-struct TextRow {
+pub(crate) struct TextRow {
     #[diesel(sql_type = Text)]
-    text: String,
+    pub(crate) text: String,
 }
 
 /// Runs `query`, which answers yes or no in a column named `answer`.

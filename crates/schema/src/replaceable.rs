@@ -16,12 +16,12 @@
 //! Services may migrate on start, so the install stores the SHA-256 of the
 //! text it ran and an unchanged install is a no-op (one read).
 
-use diesel::QueryableByName;
 use diesel::connection::{Connection as _, SimpleConnection as _};
-use diesel::sql_types::{Bool, Text};
+use diesel::sql_types::Text;
 use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 
+use crate::citus::{Answer, TextRow};
 use crate::migrations::MigrationError;
 use crate::names::SCHEMA_SQL;
 
@@ -117,18 +117,6 @@ pub enum Installed {
     Replaced,
     /// The database already held this text: nothing ran.
     Unchanged,
-}
-
-#[derive(QueryableByName)]
-struct Answer {
-    #[diesel(sql_type = Bool)]
-    answer: bool,
-}
-
-#[derive(QueryableByName)]
-struct TextRow {
-    #[diesel(sql_type = Text)]
-    text: String,
 }
 
 /// Installs the files in one transaction, under the migration lock the
