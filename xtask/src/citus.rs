@@ -42,9 +42,12 @@ const SUITES: &[&str] = &[
     "--run-ignored",
     "all",
     "-E",
-    "(binary(conformance_postgres) | binary(conformance_service_role) | binary(contract) | binary(citus) \
-     | binary(tenancy) | binary(escape) | binary(maintenance) | binary(expiry)) \
-     - (binary(maintenance) & test(/_phase_/))",
+    "((binary_id(adk-postgres-tests::store) & test(/^conformance::postgres::/)) \
+     | (binary_id(adk-postgres-tests::tenancy) & test(/^(bound_roles|conformance_as_service_role|escape)::/)) \
+     | (binary_id(adk-postgres-adk::adk) & test(/^contract::/)) \
+     | binary_id(adk-postgres-tests::citus) \
+     | (binary_id(adk-postgres-tests::operations) & test(/^(partition_maintenance|expiry)::/))) \
+     - (binary_id(adk-postgres-tests::operations) & test(/^partition_maintenance::.*_phase_/))",
 ];
 
 pub fn run(action: Citus) -> anyhow::Result<ExitCode> {

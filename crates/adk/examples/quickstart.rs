@@ -7,7 +7,7 @@
 //! ```
 //!
 //! The part between `// README: begin` and `// README: end` is the README's
-//! snippet, character for character; `crates/adk/tests/readme_path.rs` fails
+//! snippet, character for character; `crates/adk/tests/adk/readme_path.rs` fails
 //! when the two drift apart, and runs [`run`] on a fresh, empty database.
 //! `main` uses an offline scripted model, so no API key or network is needed.
 

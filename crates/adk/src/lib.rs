@@ -4,7 +4,7 @@
 //!
 //! The README's "Use with adk-rust" snippet is `examples/quickstart.rs`
 //! (migrate, connect, run a turn through a `Runner`, read it back, list,
-//! rewind); `tests/readme_path.rs` keeps the two identical and runs it on an
+//! rewind); `tests/adk/readme_path.rs` keeps the two identical and runs it on an
 //! empty database.
 //!
 //! # What this crate owns, and what it does not

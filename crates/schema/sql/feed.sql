@@ -156,7 +156,7 @@ REVOKE EXECUTE ON FUNCTION adk_feed_listen(p_tenant text, p_app_name text) FROM 
 -- every call, and every plan looked at each partition's bounds. A generic
 -- plan made with sequential scans off reads the session's partition by its
 -- index whatever the statistics said when it was made, and prunes the other
--- partitions as it starts. tests/tests/plan_cache.rs holds the feed to that
+-- partitions as it starts. tests/tests/store/plan_cache.rs holds the feed to that
 -- on a warm connection after the partition has filled. On Citus the
 -- distribution step plans the read per call instead, as for the get.
 CREATE OR REPLACE FUNCTION adk_read_events_after(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_seq bigint, p_limit integer)

@@ -1,5 +1,5 @@
 //! Names the SQL and the Rust code must agree on. The migrations spell the
-//! same names; `tests/tests/schema.rs` checks the two against the catalog.
+//! same names; `tests/tests/store/data_model.rs` checks the two against the catalog.
 
 use chrono::NaiveDate;
 

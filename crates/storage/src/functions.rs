@@ -8,7 +8,7 @@
 //!
 //! Each wrapper binds its arguments in declaration order and selects its
 //! result columns by name; [`SIGNATURES`] lists both, and the test
-//! `crates/storage/tests/sql_contract.rs` compares them with `pg_proc`, so a
+//! `tests/tests/store/sql_wrappers.rs` compares them with `pg_proc`, so a
 //! migration that changes a signature without its wrapper (or the reverse)
 //! fails the suite. Result rows decode their outcome column into enums, and
 //! rows whose columns mirror a table take their SQL types from the generated

@@ -10,7 +10,7 @@
 //! [`StoreConfig`] it needs) and names its app and user uniquely, so cases
 //! never see each other's data.
 //!
-//! The adapter's `SessionService` suite (crates/adk/tests/suite) is run the
+//! The adapter's `SessionService` suite (crates/adk/tests/adk/suite.rs) is run the
 //! same way, by [`adk_postgres_testing::contract_tests!`].
 
 mod append;

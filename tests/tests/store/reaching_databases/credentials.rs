@@ -15,7 +15,7 @@ use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_servic
 use adk_postgres_storage::{PgSessionStore, PoolBuildError, PoolConfig};
 use adk_postgres_testing::{Cluster, connect, start_throwaway_cluster, test_database_on};
 
-use crate::LogLines;
+use super::LogLines;
 
 const ROLE: &str = "adk_rotating";
 
@@ -200,7 +200,7 @@ async fn a_failing_provider_is_a_typed_retryable_error() {
 /// and here the "token" is the role's current password.
 #[tokio::test(flavor = "current_thread")]
 async fn the_readmes_password_provider_example_runs() -> Result<(), Box<dyn std::error::Error>> {
-    const README: &str = include_str!("../../../docs/connecting.md");
+    const README: &str = include_str!("../../../../docs/connecting.md");
     const THIS_FILE: &str = include_str!("credentials.rs");
     let section = README.split("\n## Credentials that rotate\n").nth(1).expect("docs/connecting.md's section");
     let section = section.split("\n## ").next().unwrap_or(section);

@@ -2,9 +2,6 @@
 //! deployment fills it, the server started in-process on a free loopback
 //! port, a plain HTTP client, and a recorder of the SQL the server sends.
 
-// Each test file uses a part of it.
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -36,7 +33,6 @@ pub const APPS: [(&str, &[&str], usize); 2] =
 /// What the fixture wrote, to check the figures against.
 #[derive(Debug)]
 pub struct Fixture {
-    pub now: DateTime<Utc>,
     pub today: NaiveDate,
     /// Events appended per app, not counting late ones.
     pub events: HashMap<&'static str, i64>,
@@ -177,7 +173,7 @@ pub async fn realistic(url: &str, late: bool) -> Fixture {
     run_maintenance(url, today, &MaintenanceConfig::default()).await.expect("maintenance");
     let rollup = run_rollup(url, &RollupConfig::default()).await.expect("rollup");
     assert!(rollup.advanced(), "{rollup:?}");
-    Fixture { now, today, events, expired, late: late_counts }
+    Fixture { today, events, expired, late: late_counts }
 }
 
 // ---------------------------------------------------------------------------

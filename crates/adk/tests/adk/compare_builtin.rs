@@ -5,29 +5,26 @@
 //! The result is written to `target/adk-session-comparison.md`.
 //!
 //! ```sh
-//! cargo test -p adk-postgres-adk --features compare-builtin --test compare_builtin -- --nocapture
+//! cargo test -p adk-postgres-adk --features compare-builtin --test adk compare_builtin -- --nocapture
 //! ```
 #![cfg(all(feature = "compare-builtin", feature = "postgres"))]
-
-#[macro_use]
-mod suite;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::suite::{CASES, Group, Service};
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_adk::storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::test_database;
 use adk_session::InMemorySessionService;
 use adk_session::postgres::PostgresSessionService;
-use suite::{CASES, Group, Service};
 
 /// Longer than any case needs; a hung case is a failure, not a hung run.
 const CASE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs one case in a task of its own, so a panic is an outcome.
-async fn outcome(case: &suite::Case, service: Service) -> Result<(), String> {
+async fn outcome(case: &crate::suite::Case, service: Service) -> Result<(), String> {
     let task = tokio::spawn((case.run)(service));
     match tokio::time::timeout(CASE_TIMEOUT, task).await {
         Err(_) => Err(format!("timed out after {CASE_TIMEOUT:?}")),
@@ -96,8 +93,8 @@ async fn compare_with_adk_session_backends() {
     let count = |i: usize| rows.iter().filter(|(_, r)| r[i].is_ok()).count();
     let mut table = String::new();
     table.push_str(&format!(
-        "Contract suite (`crates/adk/tests/suite`), {} cases, run by `cargo test -p adk-postgres-adk --features \
-         compare-builtin --test compare_builtin` on PostgreSQL {}.\n\n",
+        "Contract suite (`crates/adk/tests/adk/suite.rs`), {} cases, run by `cargo test -p adk-postgres-adk --features \
+         compare-builtin --test adk compare_builtin` on PostgreSQL {}.\n\n",
         CASES.len(),
         server_version(ours_db.url()).await
     ));

@@ -4,18 +4,16 @@
 //! partitions and the migrations, a locked table costing only its sections,
 //! and every statement the server sends read-only and pruned to its window.
 
-mod serve_common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration as StdDuration, Instant};
 
+use crate::fixture::{APPS, SqlRecorder, Statement, get, parse_metrics, realistic, sample, serve};
 use adk_postgres_dashboard::{DashboardError, ServeConfig, Server};
 use adk_postgres_retention::{HealthThresholds, health};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::client;
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use serde_json::Value;
-use serve_common::{APPS, SqlRecorder, Statement, get, parse_metrics, realistic, sample, serve};
 use tokio_postgres::Client;
 
 const TOKEN: &str = "s3cret-Token-for-tests";

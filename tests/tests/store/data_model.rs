@@ -227,7 +227,7 @@ async fn schema_rs_matches_database() {
     let db = test_database().await;
     let mut conn = diesel(db.url()).await;
     let rendered = render_schema(&mut conn).await.expect("render schema");
-    let checked_in = include_str!("../../crates/schema/src/tables.rs");
+    let checked_in = include_str!("../../../crates/schema/src/tables.rs");
     assert!(
         rendered == checked_in,
         "crates/schema/src/tables.rs is stale; regenerate it with `cargo xtask schema`.\n--- expected ---\n{rendered}"

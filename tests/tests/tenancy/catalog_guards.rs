@@ -25,7 +25,7 @@ use adk_postgres_tests::pg::client;
 use chrono::{Days, NaiveDate, Utc};
 use tokio_postgres::Client;
 
-const LEGACY_LAYOUT: &str = include_str!("../fixtures/legacy_layout.sql");
+const LEGACY_LAYOUT: &str = include_str!("../../fixtures/legacy_layout.sql");
 
 /// The store's schema: the one holding `adk_events`.
 const SCHEMA: &str = "(SELECT c.relnamespace FROM pg_class c WHERE c.oid = 'adk_events'::regclass)";

@@ -19,7 +19,7 @@ use adk_postgres_tests::pg::{client, client_with_notices, lock_waiter, new_sessi
 use chrono::{NaiveDate, Utc};
 use tokio_postgres::Client;
 
-const LEGACY_LAYOUT: &str = include_str!("../fixtures/legacy_layout.sql");
+const LEGACY_LAYOUT: &str = include_str!("../../fixtures/legacy_layout.sql");
 
 /// Sessions spread over 100 users; every event payload is a valid ADK event
 /// so the store can read legacy sessions back.

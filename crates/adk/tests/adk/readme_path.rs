@@ -4,8 +4,8 @@
 //! partitions made beforehand (issue #10: the documented path once failed on
 //! its first append with `session.partition_missing`).
 
-const README: &str = include_str!("../../../README.md");
-const EXAMPLE: &str = include_str!("../examples/quickstart.rs");
+const README: &str = include_str!("../../../../README.md");
+const EXAMPLE: &str = include_str!("../../examples/quickstart.rs");
 const SECTION: &str = "## Use with adk-rust";
 const BEGIN: &str = "// README: begin";
 const END: &str = "// README: end";
@@ -13,7 +13,7 @@ const END: &str = "// README: end";
 // `main` belongs to the example binary; the test calls `run` itself.
 #[cfg(feature = "postgres")]
 #[allow(dead_code)]
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 mod quickstart;
 
 /// The example's lines strictly between the markers.

@@ -16,7 +16,7 @@ use adk_postgres_domain::StoreConfig;
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::{ReplicatedPair, connect, test_database_on};
 
-use crate::writers::{Audit, Crowd, audit};
+use super::writers::{Audit, Crowd, audit};
 
 const WRITERS: usize = 8;
 const APP: &str = "failover";

@@ -16,12 +16,12 @@ use chrono::{TimeDelta, Utc};
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
 const FEATURE_PAGES: [(&str, &str, usize); 4] = [
-    ("docs/features/titles-and-labels.md", include_str!("../../docs/features/titles-and-labels.md"), 1),
-    ("docs/features/forks.md", include_str!("../../docs/features/forks.md"), 1),
-    ("docs/features/change-feed.md", include_str!("../../docs/features/change-feed.md"), 1),
-    ("docs/features/erasing-a-user.md", include_str!("../../docs/features/erasing-a-user.md"), 1),
+    ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
+    ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
+    ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
+    ("docs/features/erasing-a-user.md", include_str!("../../../docs/features/erasing-a-user.md"), 1),
 ];
-const THIS_FILE: &str = include_str!("readme_beyond.rs");
+const THIS_FILE: &str = include_str!("feature_docs.rs");
 
 /// The ```rust blocks of a page, each as its lines without indentation.
 fn snippets(page: &str) -> Vec<Vec<String>> {

@@ -7,17 +7,15 @@
 //! Without Chromium the test says so loudly and passes, except in CI
 //! (`CI=true`), where a missing browser is a failure: `.ci/run` installs it.
 
-mod serve_common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::fixture::{realistic, serve};
 use adk_postgres_dashboard::ServeConfig;
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::client;
 use chrono::{Days, NaiveDate};
-use serve_common::{realistic, serve};
 
 /// Where a browser is looked for, in order.
 const BROWSERS: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];

@@ -1,4 +1,4 @@
-//! The SessionService contract suite (tests/suite/mod.rs) against:
+//! The SessionService contract suite (`suite.rs`) against:
 //! - our adapter on the PostgreSQL store (each test on its own migrated
 //!   database) and on the in-memory reference store: every case;
 //! - the same as a bound service role, the way production runs it: a role
@@ -15,22 +15,19 @@
 //!   hold the suite itself to the trait's documented behaviour.
 //!
 //! The opt-in comparison with adk-session's `PostgresSessionService` is
-//! tests/compare_builtin.rs (feature `compare-builtin`).
+//! `compare_builtin.rs` (feature `compare-builtin`).
 #![cfg(feature = "postgres")]
-
-#[macro_use]
-mod suite;
 
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::suite::Service;
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_adk::domain::InMemoryStore;
 use adk_postgres_adk::storage::{PgSessionStore, PoolConfig, SslMode, TenantScope};
 use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_testing::{PgBouncer, PgBouncerConfig, TestDatabase, test_database};
 use adk_session::InMemorySessionService;
-use suite::Service;
 use tokio::sync::OnceCell;
 
 /// What a case runs against: a service, and the database under it, which

@@ -19,8 +19,8 @@ const CALLS: i64 = 6;
 /// The bodies the distribution step installs on Citus: the controls, which
 /// must show more statements, else these tests could not see the
 /// one-server bodies go missing.
-const ROUTABLE_APPEND: &str = include_str!("../../crates/schema/sql/append.citus.sql");
-const CITUS_CREATE: &str = include_str!("../../crates/schema/sql/sessions.citus.sql");
+const ROUTABLE_APPEND: &str = include_str!("../../../crates/schema/sql/append.citus.sql");
+const CITUS_CREATE: &str = include_str!("../../../crates/schema/sql/sessions.citus.sql");
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_append_runs_one_statement_inside_the_function_on_one_server() {

@@ -19,7 +19,7 @@ use adk_postgres_domain::{AppendOptions, Event, SessionStore, StoreConfig, Store
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::{FaultProxy, TestDatabase, connect, test_database};
 
-use crate::writers::{Audit, Crowd, audit};
+use super::writers::{Audit, Crowd, audit};
 
 const WRITERS: usize = 8;
 const APP: &str = "partition";
