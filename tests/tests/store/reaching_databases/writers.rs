@@ -37,8 +37,9 @@ pub struct Writer {
     pub fatal: Option<String>,
 }
 
-/// Each writer's latest acknowledgement, shared so the test can watch.
-type Latest = Arc<std::sync::Mutex<Option<Instant>>>;
+/// When each writer's latest acknowledged call started and ended, shared so
+/// the test can watch.
+type Latest = Arc<std::sync::Mutex<Option<(Instant, Instant)>>>;
 
 async fn write(
     svc: Arc<PgSessionService>,
@@ -80,7 +81,7 @@ async fn write(
             match result {
                 Ok(()) => {
                     writer.acknowledged.push((id, ended));
-                    *latest.lock().expect("lock") = Some(ended);
+                    *latest.lock().expect("lock") = Some((started, ended));
                     break;
                 }
                 Err(e) if e.is_retryable() => {
@@ -119,8 +120,11 @@ impl Crowd {
         Self { stop, latest, tasks }
     }
 
-    /// Waits until every writer acknowledged something after `since`, or
-    /// `patience` passed; returns how long the slowest took.
+    /// Waits until every writer had a call acknowledged that it made after
+    /// `since`, or `patience` passed; returns how long the slowest took. A
+    /// reply already on its way at `since` does not count: on a loaded
+    /// machine it can arrive after a fault began and make the writers look
+    /// unaffected.
     pub async fn resumed(&self, since: Instant, patience: Duration) -> Option<Duration> {
         resumed(&self.latest, since, patience).await
     }
@@ -138,9 +142,9 @@ impl Crowd {
 async fn resumed(reports: &[Latest], since: Instant, patience: Duration) -> Option<Duration> {
     let deadline = since + patience;
     loop {
-        let last: Vec<Option<Instant>> = reports.iter().map(|r| *r.lock().expect("lock")).collect();
-        if last.iter().all(|t| t.is_some_and(|t| t > since)) {
-            return last.iter().flatten().map(|t| *t - since).max();
+        let last: Vec<Option<(Instant, Instant)>> = reports.iter().map(|r| *r.lock().expect("lock")).collect();
+        if last.iter().all(|call| call.is_some_and(|(started, _)| started > since)) {
+            return last.iter().flatten().map(|(_, ended)| *ended - since).max();
         }
         if Instant::now() > deadline {
             return None;
