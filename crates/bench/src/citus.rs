@@ -19,19 +19,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use adk_postgres_testing::{CitusCluster, Cluster, create_citus_database, find_server_binaries};
+use adk_postgres_testing::{CitusCluster, Cluster, WireProxy, create_citus_database, find_server_binaries};
 use anyhow::{Context as _, anyhow, bail, ensure};
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 use serde::Serialize;
 use tokio_postgres::{AsyncMessage, Client};
-use url::Url;
 
 use crate::driver::{Driver, Peer};
 use crate::floor::BoundEvent;
 use crate::measure::{Latency, Sample};
 use crate::ops::{self, Op};
-use crate::proxy::Proxy;
 use crate::report::{Machine, load_average};
 use crate::run::{SERVICE_ROLE, bound_service_url};
 use crate::server::{connect, human_bytes};
@@ -676,10 +674,8 @@ fn user_of(op: Op) -> &'static str {
 /// counting proxy: `n` of each kind after a warm-up, every node's
 /// pg_stat_statements reset before and read after.
 async fn count(side: &Side, n: usize) -> anyhow::Result<Vec<Counted>> {
-    let proxy = Proxy::start(side.address).await?;
-    let mut proxied = Url::parse(&side.service_url)?;
-    proxied.set_port(Some(proxy.port())).map_err(|()| anyhow!("cannot set a port on the service URL"))?;
-    let driver = Driver::connect(Peer::OursStore, proxied.as_str()).await?;
+    let proxy = WireProxy::builder(side.address).refuse_encryption().start()?;
+    let driver = Driver::connect(Peer::OursStore, &proxy.url(&side.service_url)?).await?;
     let mut clients = Vec::new();
     for node in &side.nodes {
         clients.push((node.name.clone(), connect(&node.url).await?));
@@ -694,12 +690,12 @@ async fn count(side: &Side, n: usize) -> anyhow::Result<Vec<Counted>> {
         for (_, client) in &clients {
             client.batch_execute("SELECT pg_stat_statements_reset()").await?;
         }
-        let before = proxy.read();
+        let before = proxy.traffic();
         for _ in 0..n {
             one(&driver, op, appended).await?;
             appended += 1;
         }
-        let traffic = proxy.read().minus(before);
+        let traffic = proxy.traffic().minus(before);
         let mut nodes = Vec::new();
         for (name, client) in &clients {
             nodes.push(node_statements(client, name, n).await?);

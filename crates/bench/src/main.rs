@@ -21,7 +21,6 @@ mod measure;
 mod ops;
 mod pgstat;
 mod protocol;
-mod proxy;
 mod report;
 mod retention;
 mod rollup;

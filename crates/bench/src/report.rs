@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use adk_postgres_testing::Traffic;
 use anyhow::Context as _;
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
@@ -17,7 +18,6 @@ use crate::measure::Latency;
 use crate::ops::Op;
 use crate::pgstat::HotRatio;
 use crate::protocol::ProtocolReport;
-use crate::proxy::Traffic;
 use crate::retention::RetentionReport;
 use crate::rollup::{RollupBenchReport, RollupRun};
 use crate::server::{ServerInfo, human_bytes};

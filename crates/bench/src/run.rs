@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
+use adk_postgres_testing::WireProxy;
 use adk_session::SessionService;
 
 use crate::cpu::CpuClock;
@@ -27,7 +28,6 @@ use crate::measure::Sample;
 use crate::ops::{self, Op};
 use crate::pgstat::{HotRatio, StatementCount, StatementCounter, hot_ratio};
 use crate::protocol::{ProtocolReport, ProtocolRow};
-use crate::proxy::Proxy;
 use crate::report::{self, Measured, Report, RoundTripKind, RoundTrips, ratio};
 use crate::retention;
 use crate::rollup;
@@ -694,15 +694,16 @@ impl Bench {
     }
 
     /// Round trips per operation at the protocol level, through a counting
-    /// proxy, in an untimed pass after warm-up.
+    /// proxy (the testing crate's `WireProxy`), in an untimed pass after
+    /// warm-up: the extra hop would distort latencies.
     async fn round_trips(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<RoundTrips> {
         log("round trips: counting through a proxy (untimed)");
         let upstream = upstream(self.server.admin_url()).await?;
-        let proxy = Proxy::start(upstream).await?;
+        let proxy = WireProxy::builder(upstream).refuse_encryption().start()?;
         let n = self.plan.round_trip_ops;
         let mut counts = RoundTrips::default();
         for peer in self.peers() {
-            let url = proxied(self.service_urls.get(&peer).unwrap_or(&self.urls[&peer]), proxy.port())?;
+            let url = proxied(self.service_urls.get(&peer).unwrap_or(&self.urls[&peer]), &proxy)?;
             if peer.is_pgbench() {
                 let Some(pgbench) = self.pgbench.clone() else { continue };
                 let plain = BoundEvent::of(0)?;
@@ -731,11 +732,11 @@ impl Bench {
                 };
                 let (short, long) = (runs(2), runs(2 + n));
                 for ((kind, short), (_, long)) in short.into_iter().zip(long) {
-                    let before = proxy.read();
+                    let before = proxy.traffic();
                     pgbench.run(&url, &short)?;
-                    let mid = proxy.read();
+                    let mid = proxy.traffic();
                     pgbench.run(&url, &long)?;
-                    let after = proxy.read();
+                    let after = proxy.traffic();
                     let traffic = after.minus(mid).minus(mid.minus(before));
                     counts.insert(kind, peer, traffic, n);
                 }
@@ -748,22 +749,22 @@ impl Bench {
             for i in 0..WARM_UP {
                 driver.create("rt", &format!("{tag}-warm-{i}")).await?;
             }
-            let before = proxy.read();
+            let before = proxy.traffic();
             for i in 0..n {
                 driver.create("rt", &format!("{tag}-{i}")).await?;
             }
-            counts.insert(RoundTripKind::Create, peer, proxy.read().minus(before), n);
+            counts.insert(RoundTripKind::Create, peer, proxy.traffic().minus(before), n);
             // appends with a session delta only, then with a user: delta too
             let session = format!("{tag}-0");
             for (kind, offset) in [(RoundTripKind::Append, 0), (RoundTripKind::AppendUserDelta, 9)] {
                 for i in 0..WARM_UP {
                     driver.append("rt", &format!("{tag}-warm-{i}"), driver.prepare(workload::event(offset))?).await?;
                 }
-                let before = proxy.read();
+                let before = proxy.traffic();
                 for i in 0..n {
                     driver.append("rt", &session, driver.prepare(workload::event(offset + 10 * (i + 1)))?).await?;
                 }
-                counts.insert(kind, peer, proxy.read().minus(before), n);
+                counts.insert(kind, peer, proxy.traffic().minus(before), n);
             }
             // reads
             for (kind, session, recent) in
@@ -772,20 +773,20 @@ impl Bench {
                 for _ in 0..WARM_UP {
                     driver.get(GET_USER, session, recent).await?;
                 }
-                let before = proxy.read();
+                let before = proxy.traffic();
                 for _ in 0..n {
                     driver.get(GET_USER, session, recent).await?;
                 }
-                counts.insert(kind, peer, proxy.read().minus(before), n);
+                counts.insert(kind, peer, proxy.traffic().minus(before), n);
             }
             for _ in 0..WARM_UP {
                 driver.list(LIST_USER).await?;
             }
-            let before = proxy.read();
+            let before = proxy.traffic();
             for _ in 0..n {
                 driver.list(LIST_USER).await?;
             }
-            counts.insert(RoundTripKind::List, peer, proxy.read().minus(before), n);
+            counts.insert(RoundTripKind::List, peer, proxy.traffic().minus(before), n);
         }
         Ok(counts)
     }
@@ -896,11 +897,8 @@ async fn upstream(url: &str) -> anyhow::Result<std::net::SocketAddr> {
 
 /// `url` through the proxy, on plaintext: the proxy parses the protocol
 /// and cannot read TLS.
-fn proxied(url: &str, port: u16) -> anyhow::Result<String> {
-    let mut parsed = Url::parse(&with_transport(url, &Transport::Plaintext)?)?;
-    parsed.set_host(Some("127.0.0.1"))?;
-    parsed.set_port(Some(port)).map_err(|()| anyhow!("cannot set a port on {url}"))?;
-    Ok(parsed.into())
+fn proxied(url: &str, proxy: &WireProxy) -> anyhow::Result<String> {
+    Ok(proxy.url(&with_transport(url, &Transport::Plaintext)?)?)
 }
 
 /// `target/bench` of this workspace (or of `CARGO_TARGET_DIR`).

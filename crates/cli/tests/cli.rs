@@ -2,7 +2,7 @@
 
 use std::process::Output;
 
-use adk_postgres_testing::{connect, test_database};
+use adk_postgres_testing::{WireProxy, connect, test_database};
 use chrono::{Days, Utc};
 
 fn adk_pg(url: &str, args: &[&str]) -> Output {
@@ -243,36 +243,6 @@ async fn service_role_grants_a_non_owner_and_refuses_a_superuser() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("exempt from row-level security"));
 }
 
-/// Forwards one TCP port to another and keeps every byte the client sent.
-async fn recording_proxy(upstream: std::net::SocketAddr) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let record = std::sync::Arc::clone(&sent);
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let server = tokio::net::TcpStream::connect(upstream).await.expect("upstream");
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            let record = std::sync::Arc::clone(&record);
-            tokio::spawn(async move {
-                let mut buf = vec![0_u8; 8192];
-                while let Ok(n) = client_read.read(&mut buf).await {
-                    if n == 0 || server_write.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    record.lock().expect("record").extend_from_slice(&buf[..n]);
-                }
-            });
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-            });
-        }
-    });
-    (port, sent)
-}
-
 /// The password reaches the server only as a SCRAM verifier, never in a
 /// statement (nor, so, in a server log), and a quote or backslash in it
 /// cannot end the literal even with `standard_conforming_strings = off`.
@@ -283,32 +253,31 @@ async fn service_role_passwords_travel_only_as_a_scram_verifier() {
     sql.batch_execute(&format!("ALTER DATABASE \"{}\" SET standard_conforming_strings = off", db.name()))
         .await
         .expect("old-style strings for every new session");
-    let mut url = url::Url::parse(db.url()).expect("url");
+    let url = url::Url::parse(db.url()).expect("url");
     let host = url.host_str().expect("host").to_owned();
     let upstream = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5432)))
         .await
         .expect("resolve")
         .next()
         .expect("an address");
-    let (port, sent) = recording_proxy(upstream).await;
-    url.set_host(Some("127.0.0.1")).expect("host");
-    url.set_port(Some(port)).expect("port");
-    // The proxy reads the statements off the wire, which it cannot once the
-    // session is in TLS (the harness's servers offer it, and `prefer` takes it).
-    url.query_pairs_mut().append_pair("sslmode", "disable");
+    // The statements are read off the wire, which they cannot be once the
+    // session is in TLS (the harness's servers offer it, and `prefer` takes
+    // it): the proxy refuses TLS itself.
+    let proxy = WireProxy::builder(upstream).refuse_encryption().record_client_bytes().start().expect("the proxy");
+    let url = proxy.url(db.url()).expect("the URL through the proxy");
 
     let role = format!("adk_cli_pw_{}", std::process::id());
     let password = "it's a \\'; CREATE TABLE adk_injected (); --";
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_adk-pg"))
         .args(["service-role", &role, "--create", "--app", "alpha", "--password-env", "ADK_TEST_SERVICE_PASSWORD"])
-        .env("DATABASE_URL", url.as_str())
+        .env("DATABASE_URL", &url)
         .env("ADK_TEST_SERVICE_PASSWORD", password)
         .output()
         .expect("run adk-pg");
     assert!(output.status.success(), "{output:?}");
     assert!(stdout(&output).contains("only the SCRAM-SHA-256 verifier was sent"), "{}", stdout(&output));
 
-    let wire = String::from_utf8_lossy(&sent.lock().expect("record")).into_owned();
+    let wire = String::from_utf8_lossy(&proxy.take_client_bytes()).into_owned();
     assert!(wire.contains("ALTER ROLE") && wire.contains("PASSWORD 'SCRAM-SHA-256$4096:"), "no verifier sent");
     assert!(!wire.contains("adk_injected"), "the password itself went over the wire");
     let injected: bool =

@@ -27,6 +27,11 @@
 //! an error rather than panicking, so tooling can use it too), and
 //! [`contract_tests!`] runs a contract suite's cases against one backend.
 //!
+//! [`WireProxy`] is every PostgreSQL wire proxy a test or the bench needs:
+//! in front of a server, it cuts connections without telling either end,
+//! counts round trips, and on request records the statements or the bytes
+//! clients send.
+//!
 //! This crate is for tests and tooling (`xtask`) only: nothing the store
 //! ships may depend on it, and it knows nothing of table layout beyond the
 //! partition function the migrations provide.
@@ -39,12 +44,12 @@ mod container;
 mod contract;
 mod database;
 mod error;
-mod fault_proxy;
 mod pgbouncer;
 mod source;
 mod standby;
 mod tls;
 mod urls;
+mod wire_proxy;
 
 pub use citus::{
     CITUS_WORKERS_VAR, CitusCluster, citus_installed, create_citus_database, start_throwaway_citus_cluster,
@@ -55,11 +60,11 @@ pub use cluster::{
 };
 pub use database::{TestDatabase, empty_database, test_database, test_database_on};
 pub use error::HarnessError;
-pub use fault_proxy::FaultProxy;
 pub use pgbouncer::{PgBouncer, PgBouncerConfig, PoolMode};
 pub use source::TEST_URL_VAR;
 pub use standby::{ReplicatedPair, STANDBY_NAME};
 pub use tls::{ServerCert, TestPki, TlsOptions, start_throwaway_tls_cluster};
+pub use wire_proxy::{Statement, Traffic, WireProxy, WireProxyBuilder};
 
 /// Eight random hex digits, so names made on two hosts sharing a server
 /// (same pid, same counter) still differ.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_domain::{AppendOptions, Event, SessionStore, StoreConfig, StoreError};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
-use adk_postgres_testing::{FaultProxy, TestDatabase, connect, test_database};
+use adk_postgres_testing::{TestDatabase, WireProxy, connect, test_database};
 
 use super::writers::{Audit, Crowd, audit};
 
@@ -31,9 +31,8 @@ const CONNECT: Duration = Duration::from_secs(2);
 /// Scheduling slack on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(1500);
 
-fn proxied_url(db: &TestDatabase, proxy: &FaultProxy) -> String {
-    let mut url = url::Url::parse(db.url()).expect("test URL");
-    url.set_port(Some(proxy.port())).expect("port");
+fn proxied_url(db: &TestDatabase, proxy: &WireProxy) -> String {
+    let mut url = url::Url::parse(&proxy.url(db.url()).expect("test URL")).expect("test URL");
     url.query_pairs_mut().append_pair("connect_timeout", &CONNECT.as_secs().to_string());
     url.to_string()
 }
@@ -54,7 +53,7 @@ fn pool_config() -> PoolConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     let db = test_database().await;
-    let proxy = FaultProxy::start(server_addr(&db)).expect("proxy");
+    let proxy = WireProxy::start(server_addr(&db)).expect("proxy");
     let store = PgSessionStore::connect(&proxied_url(&db, &proxy), &pool_config(), StoreConfig::default())
         .await
         .expect("the store through the proxy");
@@ -121,7 +120,7 @@ async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_append_that_committed_is_replayed_by_its_retry() {
     let db = test_database().await;
-    let proxy = FaultProxy::start(server_addr(&db)).expect("proxy");
+    let proxy = WireProxy::start(server_addr(&db)).expect("proxy");
     let store = PgSessionStore::connect(
         &proxied_url(&db, &proxy),
         &PoolConfig { max_size: 1, ..pool_config() },
