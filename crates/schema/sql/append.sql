@@ -38,6 +38,10 @@
 -- never holds a lock on adk_sessions that a partition being created (ACCESS
 -- EXCLUSIVE on adk_events, then SHARE ROW EXCLUSIVE on adk_sessions) waits
 -- for while it waits for adk_events itself.
+--
+-- On Citus the common path is three statements instead (the branch under
+-- adk_on_citus(), defined in sessions.sql); what follows it, the rare path,
+-- the shared-state deltas and the result, is the same on both.
 CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
  RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
  LANGUAGE plpgsql
@@ -53,14 +57,63 @@ DECLARE
     next_seq      bigint;
     new_day       date;
     new_update    timestamptz;
+    locked_day    date;
+    locked_seq    bigint;
 BEGIN
     IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
         PERFORM adk_tenant_require(p_tenant, p_app_name);
     END IF;
 
-    -- The common path: lock, check, insert, sequence, in one statement.
-    WITH l AS (
-        SELECT a.session_day, a.last_seq
+    IF NOT adk_on_citus() THEN
+        -- The common path: lock, check, insert, sequence, in one statement.
+        -- (adk_on_citus() is folded to a constant when the condition is
+        -- planned, so one server plans and runs nothing of the other branch.)
+        WITH l AS (
+            SELECT a.session_day, a.last_seq
+              FROM adk_sessions a
+             WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+               AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
+               AND a.closed_at IS NULL
+               AND coalesce(a.created_at + coalesce(
+                       (SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
+                          FROM adk_store_policy p),
+                       adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
+               AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
+               FOR NO KEY UPDATE OF a
+        ), e AS (
+            INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
+                                          invocation_id, author, event_ts, payload)
+            SELECT p_app_name, p_user_id, p_session_id, l.session_day, l.last_seq + 1, p_event_id,
+                   p_invocation_id, p_author, p_event_ts, p_payload
+              FROM l
+            ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
+            RETURNING ev.seq
+        ), u AS (
+            -- now() is the transaction start; a writer that waited for the lock
+            -- may have started before the one it waited for, so never step
+            -- backwards. The state is merged only when the delta has keys.
+            UPDATE adk_sessions a
+               SET last_seq = e.seq,
+                   updated_at = greatest(pg_catalog.now(), a.updated_at),
+                   state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
+                                THEN a.state || p_session_delta ELSE a.state END
+              FROM e
+             WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+            RETURNING a.last_seq, a.session_day, a.updated_at
+        )
+        SELECT u.last_seq, u.session_day, u.updated_at INTO next_seq, new_day, new_update FROM u;
+    ELSE
+        -- The common path on Citus, with the same checks and outcomes as
+        -- three statements: the locking read with every check in its WHERE,
+        -- the insert of the event (ON CONFLICT DO NOTHING on its event id),
+        -- and the update of the session, run only when the insert stored a
+        -- row (its SET as the CTE's). Citus plans a CTE that inserts through
+        -- intermediate results sent to every node, a two-phase commit across
+        -- all of them on every append; each of these statements it routes to
+        -- the user's worker. One server keeps the CTE, a quarter more appends
+        -- there (migration 10). Locks are taken in the same order as there:
+        -- the session row, then the event, then the session update.
+        SELECT a.session_day, a.last_seq INTO locked_day, locked_seq
           FROM adk_sessions a
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
            AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
@@ -70,29 +123,25 @@ BEGIN
                       FROM adk_store_policy p),
                    adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
            AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
-           FOR NO KEY UPDATE OF a
-    ), e AS (
-        INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
-                                      invocation_id, author, event_ts, payload)
-        SELECT p_app_name, p_user_id, p_session_id, l.session_day, l.last_seq + 1, p_event_id,
-               p_invocation_id, p_author, p_event_ts, p_payload
-          FROM l
-        ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
-        RETURNING ev.seq
-    ), u AS (
-        -- now() is the transaction start; a writer that waited for the lock
-        -- may have started before the one it waited for, so never step
-        -- backwards. The state is merged only when the delta has keys.
-        UPDATE adk_sessions a
-           SET last_seq = e.seq,
-               updated_at = greatest(pg_catalog.now(), a.updated_at),
-               state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                            THEN a.state || p_session_delta ELSE a.state END
-          FROM e
-         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-        RETURNING a.last_seq, a.session_day, a.updated_at
-    )
-    SELECT u.last_seq, u.session_day, u.updated_at INTO next_seq, new_day, new_update FROM u;
+           FOR NO KEY UPDATE OF a;
+        IF FOUND THEN
+            INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
+                                          invocation_id, author, event_ts, payload)
+            VALUES (p_app_name, p_user_id, p_session_id, locked_day, locked_seq + 1, p_event_id,
+                    p_invocation_id, p_author, p_event_ts, p_payload)
+            ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
+            RETURNING ev.seq INTO next_seq;
+            IF next_seq IS NOT NULL THEN
+                UPDATE adk_sessions a
+                   SET last_seq = next_seq,
+                       updated_at = greatest(pg_catalog.now(), a.updated_at),
+                       state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
+                                    THEN a.state || p_session_delta ELSE a.state END
+                 WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+                RETURNING a.session_day, a.updated_at INTO new_day, new_update;
+            END IF;
+        END IF;
+    END IF;
 
     IF next_seq IS NULL THEN
         -- Nothing stored: find out why, in migration 8's order.

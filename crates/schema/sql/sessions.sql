@@ -6,6 +6,25 @@
 -- (crates/schema/src/replaceable.rs). Each function is stated whole, with
 -- its SET clauses and grants: change it here, not in a migration.
 
+-- Whether the store runs on Citus: false here, true on a database with the
+-- citus extension, where sessions.citus.sql, installed right after this
+-- file, replaces it. Where Citus needs other statements than one server
+-- (the common paths of the create below and of the append, append.sql), the
+-- one body branches on it. It is defined here, before its first user.
+--
+-- IMMUTABLE, so the planner calls it once, when it plans the branch's
+-- condition, and keeps the constant it returned (EXPLAIN shows `Output:
+-- true`): one server runs its common path as before, with nothing of the
+-- other branch planned or run. PostgreSQL records the function as a
+-- dependency of each plan that folded it, so replacing it replans them on
+-- every connection; tests/tests/store/function_statements.rs checks that a
+-- live connection takes the other branch on its next call.
+CREATE OR REPLACE FUNCTION adk_on_citus() RETURNS boolean
+ LANGUAGE sql IMMUTABLE PARALLEL SAFE
+ SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $$ SELECT false $$;
+REVOKE EXECUTE ON FUNCTION adk_on_citus() FROM PUBLIC;
+
 -- The create's common path as one statement, as the append's is (migration
 -- 10): the insert takes its expiry from the policy and returns the live
 -- user and app state in the same statement.
@@ -20,8 +39,9 @@
 -- app state, run the statements of the body before, written out after the
 -- common path (a retry loop around one insert cost most of the gain).
 --
--- Citus rejects any subquery in an INSERT, so the distribution step gives
--- Citus its own body (crates/schema/sql/sessions.citus.sql), the one before.
+-- Citus rejects any subquery in an INSERT, so there (adk_on_citus(),
+-- above) every create takes the rare path, whose policy read is a
+-- statement of its own for that reason.
 CREATE OR REPLACE FUNCTION adk_create_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_state jsonb, p_ttl interval, p_user_delta jsonb, p_app_delta jsonb, p_display_name text DEFAULT NULL::text, p_labels jsonb DEFAULT '{}'::jsonb)
  RETURNS TABLE(created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, user_state jsonb, app_state jsonb)
  LANGUAGE plpgsql
@@ -29,11 +49,13 @@ CREATE OR REPLACE FUNCTION adk_create_session(p_tenant text, p_app_name text, p_
 SET search_path = pg_catalog, :"store_schema", pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    ttl interval;
 BEGIN
     IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
         PERFORM adk_tenant_require(p_tenant, p_app_name);
     END IF;
-    IF p_user_delta = '{}'::jsonb AND p_app_delta = '{}'::jsonb THEN
+    IF NOT adk_on_citus() AND p_user_delta = '{}'::jsonb AND p_app_delta = '{}'::jsonb THEN
         INSERT INTO adk_sessions AS s (app_name, user_id, session_id, state, initial_state, expires_at, display_name, labels)
         VALUES (p_app_name, p_user_id, p_session_id, p_state, p_state,
                 pg_catalog.now() + (SELECT least(adk_policy_seconds(p_ttl), adk_policy_seconds(p.default_ttl))
@@ -50,15 +72,20 @@ BEGIN
         END IF;
     END IF;
     -- The rare path: the id was taken, or the create carries initial user
-    -- or app state. An expired session holding the id is replaced: deleted
-    -- in this transaction, so the insert no longer sees it.
+    -- or app state; on Citus, every create. An expired session holding the
+    -- id is replaced: deleted in this transaction, so the insert no longer
+    -- sees it. Citus rejects any subquery in an INSERT, so the policy's TTL
+    -- is read by a statement of its own, which takes no argument: planned
+    -- once per connection (with p_ttl in it, the plan cache planned it
+    -- again on every call, some 40 us, estimating hundreds of rows for the
+    -- one the policy has).
     DELETE FROM adk_sessions x
      WHERE x.app_name = p_app_name AND x.user_id = p_user_id AND x.session_id = p_session_id
        AND x.expires_at <= pg_catalog.now();
+    SELECT adk_policy_seconds(p.default_ttl) INTO ttl FROM adk_store_policy p;
     INSERT INTO adk_sessions AS s (app_name, user_id, session_id, state, initial_state, expires_at, display_name, labels)
     VALUES (p_app_name, p_user_id, p_session_id, p_state, p_state,
-            pg_catalog.now() + (SELECT least(adk_policy_seconds(p_ttl), adk_policy_seconds(p.default_ttl))
-                                  FROM adk_store_policy p),
+            pg_catalog.now() + least(adk_policy_seconds(p_ttl), ttl),
             p_display_name, coalesce(p_labels, '{}'::jsonb))
     ON CONFLICT DO NOTHING
     RETURNING s.created_at, s.updated_at, s.expires_at INTO created_at, updated_at, expires_at;

@@ -128,12 +128,16 @@ async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, Migratio
     .await?
 }
 
-/// Reverts every applied migration, newest first; returns the versions reverted.
+/// Reverts every applied migration, newest first, then drops the functions
+/// the files alone made ([`replaceable::FILES_ONLY`]); returns the versions
+/// reverted.
 pub async fn revert_all_migrations(database_url: &str) -> Result<Vec<String>, MigrationError> {
     let mut conn = connect(database_url).await?;
     tokio::task::spawn_blocking(move || {
         let reverted = conn.revert_all_migrations(MIGRATIONS).map_err(|e| MigrationError::Apply(e.to_string()))?;
-        Ok(reverted.iter().map(MigrationVersion::to_string).collect())
+        let reverted: Vec<String> = reverted.iter().map(MigrationVersion::to_string).collect();
+        replaceable::drop_files_only(&mut conn)?;
+        Ok(reverted)
     })
     .await?
 }

@@ -4,8 +4,11 @@
 //! Migrations are ordered history: tables, columns, indexes, data moves, and
 //! a `DROP FUNCTION` when a signature goes away. What a function does today
 //! is read in one place, its area's file, with its `SET` clauses and
-//! grants; a Citus variant beside it (`append.citus.sql`) restates, after
-//! it, what differs on Citus.
+//! grants. A Citus variant beside it (`read.citus.sql`), installed after it
+//! there, holds only what differs on Citus: a function's settings (`ALTER
+//! FUNCTION … SET`), and the switch `adk_on_citus()` (`sessions.citus.sql`)
+//! that a body branches on where Citus needs other statements. No body is
+//! stated twice.
 //!
 //! The install is `CREATE OR REPLACE` rather than dropping and recreating:
 //! service roles hold per-function grants, row-level security policies and
@@ -61,7 +64,7 @@ pub const SQL_FILES: &[SqlFile] = &[
     sql_file!("tenancy", citus),
     sql_file!("usage"),
     sql_file!("sessions", citus),
-    sql_file!("append", citus),
+    sql_file!("append"),
     sql_file!("read", citus),
     sql_file!("feed", citus),
     sql_file!("erase"),
@@ -108,6 +111,23 @@ pub fn stated_functions() -> Vec<&'static str> {
     names.sort_unstable();
     names.dedup();
     names
+}
+
+/// The functions the files state that no migration created, by signature.
+/// Each migration's `down.sql` drops what its `up.sql` made; these were
+/// made by the files alone, so [`revert_all_migrations`] drops them after
+/// the last `down.sql` has run.
+///
+/// [`revert_all_migrations`]: crate::migrations::revert_all_migrations
+pub const FILES_ONLY: &[&str] = &["adk_on_citus()"];
+
+/// Drops [`FILES_ONLY`], once every migration is reverted.
+pub(crate) fn drop_files_only(conn: &mut Wrapper) -> Result<(), MigrationError> {
+    for function in FILES_ONLY {
+        conn.batch_execute(&format!("DROP FUNCTION IF EXISTS {function}"))
+            .map_err(|e| MigrationError::Replaceable(format!("dropping {function}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// What [`install`] did.
@@ -193,5 +213,8 @@ mod tests {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
         assert!(names.iter().all(|n| n.starts_with("adk_")), "{names:?}");
+        for function in FILES_ONLY {
+            assert!(names.iter().any(|name| function.starts_with(&format!("{name}("))), "{function} is not stated");
+        }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use adk_postgres_schema::migrations::{MIGRATIONS, run_pending_migrations};
-use adk_postgres_schema::replaceable::{SQL_FILES, stated_functions};
+use adk_postgres_schema::replaceable::{FILES_ONLY, SQL_FILES, stated_functions};
 use adk_postgres_storage::{AppBinding, STORE_FUNCTIONS};
 use adk_postgres_testing::empty_database;
 use adk_postgres_tests::pg::{client, unique_role};
@@ -31,7 +31,11 @@ const LAST_RELEASED: &str = "20261202000023";
 /// the released migrations made. Empty at the cut-over: the files restate
 /// the released functions exactly. A change to a function adds its name
 /// here, so the comparison below keeps guarding every other one.
-const CHANGED_SINCE_RELEASE: &[&str] = &[];
+///
+/// - `adk_on_citus`: new, whether the store runs on Citus;
+/// - `adk_append_event`, `adk_create_session`: one body each for one server
+///   and Citus, branching on it.
+const CHANGED_SINCE_RELEASE: &[&str] = &["adk_on_citus", "adk_append_event", "adk_create_session"];
 
 /// Everything of the catalog the install may touch, keyed by object, with
 /// role names in place of oids so two databases compare: each function's
@@ -143,6 +147,18 @@ async fn an_upgrade_from_the_released_migrations_ends_with_a_fresh_installs_cata
         .filter(|d| !CHANGED_SINCE_RELEASE.iter().any(|name| d.starts_with(&format!("function {name}("))))
         .collect();
     assert!(changed.is_empty(), "the files changed released functions:\n{}", changed.join("\n"));
+
+    // A function the files made with no migration has no down.sql to drop
+    // it: FILES_ONLY names it, and reverting every migration drops it.
+    let mut made_by_the_files: Vec<&str> = upgraded
+        .keys()
+        .filter(|key| !before.contains_key(*key))
+        .filter_map(|key| key.strip_prefix("function "))
+        .collect();
+    made_by_the_files.sort_unstable();
+    let mut listed = FILES_ONLY.to_vec();
+    listed.sort_unstable();
+    assert_eq!(made_by_the_files, listed, "functions no migration made must be listed in replaceable::FILES_ONLY");
 }
 
 #[tokio::test(flavor = "multi_thread")]
