@@ -698,8 +698,7 @@ impl Bench {
     /// warm-up: the extra hop would distort latencies.
     async fn round_trips(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<RoundTrips> {
         log("round trips: counting through a proxy (untimed)");
-        let upstream = upstream(self.server.admin_url()).await?;
-        let proxy = WireProxy::builder(upstream).refuse_encryption().start()?;
+        let proxy = WireProxy::in_front_of(self.server.admin_url())?.refuse_encryption().start()?;
         let n = self.plan.round_trip_ops;
         let mut counts = RoundTrips::default();
         for peer in self.peers() {
@@ -883,16 +882,6 @@ async fn warm_up(driver: &Driver, sessions: &[(String, String)]) -> anyhow::Resu
         load.await??;
     }
     Ok(())
-}
-
-async fn upstream(url: &str) -> anyhow::Result<std::net::SocketAddr> {
-    let parsed = Url::parse(url)?;
-    let host = parsed.host_str().filter(|h| !h.is_empty()).unwrap_or("localhost").to_owned();
-    let port = parsed.port().unwrap_or(5432);
-    tokio::net::lookup_host((host.as_str(), port))
-        .await?
-        .next()
-        .ok_or_else(|| anyhow!("{host}:{port} does not resolve"))
 }
 
 /// `url` through the proxy, on plaintext: the proxy parses the protocol

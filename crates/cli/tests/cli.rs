@@ -253,17 +253,15 @@ async fn service_role_passwords_travel_only_as_a_scram_verifier() {
     sql.batch_execute(&format!("ALTER DATABASE \"{}\" SET standard_conforming_strings = off", db.name()))
         .await
         .expect("old-style strings for every new session");
-    let url = url::Url::parse(db.url()).expect("url");
-    let host = url.host_str().expect("host").to_owned();
-    let upstream = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5432)))
-        .await
-        .expect("resolve")
-        .next()
-        .expect("an address");
     // The statements are read off the wire, which they cannot be once the
     // session is in TLS (the harness's servers offer it, and `prefer` takes
     // it): the proxy refuses TLS itself.
-    let proxy = WireProxy::builder(upstream).refuse_encryption().record_client_bytes().start().expect("the proxy");
+    let proxy = WireProxy::in_front_of(db.url())
+        .expect("the server")
+        .refuse_encryption()
+        .record_client_bytes()
+        .start()
+        .expect("the proxy");
     let url = proxy.url(db.url()).expect("the URL through the proxy");
 
     let role = format!("adk_cli_pw_{}", std::process::id());

@@ -1,6 +1,6 @@
 //! Deriving database URLs from a server URL.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 
 use url::{Host, Url};
 
@@ -35,6 +35,20 @@ pub(crate) fn is_local(server_url: &str) -> bool {
         Some(Host::Ipv4(ip)) => ip.is_loopback(),
         Some(Host::Ipv6(ip)) => ip.is_loopback(),
     }
+}
+
+/// The TCP address of the server `server_url` names (its first host, port
+/// 5432 unless given): what a proxy in front of it connects to.
+pub(crate) fn server_address(server_url: &str) -> Result<SocketAddr, HarnessError> {
+    let url = parse(server_url)?;
+    let bad = |reason: String| HarnessError::BadUrl { url: redacted(server_url), reason };
+    let host = url.host_str().filter(|host| !host.is_empty()).unwrap_or("localhost");
+    let port = url.port().unwrap_or(5432);
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|error| bad(format!("{host}:{port} does not resolve: {error}")))?
+        .next()
+        .ok_or_else(|| bad(format!("{host}:{port} resolves to no address")))
 }
 
 /// The URL fit for an error message: any password replaced by `***`.
@@ -83,6 +97,16 @@ mod tests {
     fn passwords_stay_out_of_messages() {
         assert_eq!(redacted("postgres://u:secret@h:1/db"), "postgres://u:***@h:1/db");
         assert_eq!(redacted("postgres://u@h:1/db"), "postgres://u@h:1/db");
+    }
+
+    #[test]
+    fn server_addresses_default_the_port_and_resolve_the_host() {
+        assert_eq!(server_address("postgres://u@127.0.0.1:5433/db").unwrap(), "127.0.0.1:5433".parse().unwrap());
+        assert_eq!(server_address("postgres://u@127.0.0.1/db").unwrap().port(), 5432);
+        assert!(
+            server_address("postgres://u:secret@no-such-host.invalid/db")
+                .is_err_and(|e| !e.to_string().contains("secret"))
+        );
     }
 
     #[test]

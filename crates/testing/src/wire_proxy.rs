@@ -149,6 +149,12 @@ impl WireProxy {
     }
 
     /// A proxy to `upstream` with options.
+    /// A proxy to be started in front of the server `server_url` names
+    /// (its first host; port 5432 unless given).
+    pub fn in_front_of(server_url: &str) -> Result<WireProxyBuilder, HarnessError> {
+        Ok(Self::builder(crate::urls::server_address(server_url)?))
+    }
+
     pub fn builder(upstream: SocketAddr) -> WireProxyBuilder {
         WireProxyBuilder { upstream, options: Options::default() }
     }

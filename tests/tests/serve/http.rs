@@ -497,13 +497,14 @@ async fn the_server_only_reads_and_every_read_is_bounded() {
     sql.batch_execute("SET TimeZone = 'UTC'; SET DateStyle = ISO").await.expect("settings");
     let relations_before = scalar_f64(&sql, "SELECT count(*)::float8 FROM pg_class").await;
 
-    let upstream = url::Url::parse(db.url()).expect("url");
-    let upstream = format!("{}:{}", upstream.host_str().expect("host"), upstream.port().expect("port"))
-        .parse()
-        .expect("a TCP address");
     // The recorder refuses TLS itself, to read the statements (the test
     // servers offer TLS, and `prefer` would take it).
-    let recorder = WireProxy::builder(upstream).refuse_encryption().record_statements().start().expect("the recorder");
+    let recorder = WireProxy::in_front_of(db.url())
+        .expect("the server")
+        .refuse_encryption()
+        .record_statements()
+        .start()
+        .expect("the recorder");
     let server = serve(ServeConfig::new(recorder.url(db.url()).expect("the URL through the recorder"))).await;
     let paths = [
         "/",

@@ -37,15 +37,6 @@ fn proxied_url(db: &TestDatabase, proxy: &WireProxy) -> String {
     url.to_string()
 }
 
-fn server_addr(db: &TestDatabase) -> std::net::SocketAddr {
-    let url = url::Url::parse(db.url()).expect("test URL");
-    let host = url.host_str().expect("host");
-    std::net::ToSocketAddrs::to_socket_addrs(&(host, url.port().unwrap_or(5432)))
-        .expect("resolve")
-        .next()
-        .expect("an address")
-}
-
 fn pool_config() -> PoolConfig {
     PoolConfig { operation_timeout: BOUND, connection_timeout: CONNECT, ..PoolConfig::default() }
 }
@@ -53,7 +44,7 @@ fn pool_config() -> PoolConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
     let db = test_database().await;
-    let proxy = WireProxy::start(server_addr(&db)).expect("proxy");
+    let proxy = WireProxy::in_front_of(db.url()).and_then(|proxy| proxy.start()).expect("proxy");
     let store = PgSessionStore::connect(&proxied_url(&db, &proxy), &pool_config(), StoreConfig::default())
         .await
         .expect("the store through the proxy");
@@ -120,7 +111,7 @@ async fn a_silent_network_bounds_every_call_and_loses_nothing_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_append_that_committed_is_replayed_by_its_retry() {
     let db = test_database().await;
-    let proxy = WireProxy::start(server_addr(&db)).expect("proxy");
+    let proxy = WireProxy::in_front_of(db.url()).and_then(|proxy| proxy.start()).expect("proxy");
     let store = PgSessionStore::connect(
         &proxied_url(&db, &proxy),
         &PoolConfig { max_size: 1, ..pool_config() },
