@@ -7,12 +7,14 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::blob::{Blob, DEFAULT_MEDIA_OFFLOAD_BYTES, offload};
 use crate::error::StoreError;
 use crate::ids::MAX_ID_CHARS;
 use crate::state::{MAX_STATE_BYTES, ScopedState, State, TEMP_PREFIX, contains_nul};
 
-/// Largest event accepted, as compact JSON. Bigger documents belong in
-/// artifacts, with a reference in the event.
+/// Largest event accepted, as compact JSON, after its media left it
+/// ([`crate::blob`]). Bigger documents belong in artifacts, with a reference
+/// in the event.
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// Longest author or invocation id, in characters.
@@ -113,25 +115,33 @@ impl Event {
     /// Checks the event and returns it as stored (`temp:` keys removed)
     /// together with its split delta and payload. Keys are validated before
     /// `temp:` keys are dropped, so a malformed key is refused, not ignored.
+    /// Media of [`DEFAULT_MEDIA_OFFLOAD_BYTES`] or more leaves the payload.
     pub fn prepare_for_store(self) -> Result<(Self, PreparedEvent), StoreError> {
+        self.prepare_for_store_with(DEFAULT_MEDIA_OFFLOAD_BYTES)
+    }
+
+    /// [`Event::prepare_for_store`], moving media of `offload_bytes` or more
+    /// out of the payload into [`PreparedEvent::blobs`].
+    pub fn prepare_for_store_with(self, offload_bytes: usize) -> Result<(Self, PreparedEvent), StoreError> {
         // The split validates every key, `temp:` ones included, and leaves
         // `temp:` keys out, so it is the stored event's split too.
         let delta = ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
         let stored = self.without_temp_state();
-        let prepared = stored.prepare_split(delta)?;
+        let prepared = stored.prepare_split(delta, offload_bytes)?;
         Ok((stored, prepared))
     }
 
     /// Checks everything a store needs before writing, and returns the state
     /// delta split by scope together with the event's JSON payload.
     pub fn prepare(&self) -> Result<PreparedEvent, StoreError> {
-        self.prepare_split(ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?)
+        let delta = ScopedState::split("event.actions.state_delta", &self.actions.state_delta)?;
+        self.prepare_split(delta, DEFAULT_MEDIA_OFFLOAD_BYTES)
     }
 
     /// [`Event::prepare`] with the state delta already split. The event is
     /// serialized once, to its payload; the size limits are checked by
     /// counting the bytes of the payload's compact text, never building it.
-    fn prepare_split(&self, delta: ScopedState) -> Result<PreparedEvent, StoreError> {
+    fn prepare_split(&self, delta: ScopedState, offload_bytes: usize) -> Result<PreparedEvent, StoreError> {
         check_label("event.id", &self.id, MAX_ID_CHARS, false)?;
         // adk-core's own events may carry no author; the runner accepts them.
         check_label("event.author", &self.author, MAX_LABEL_CHARS, true)?;
@@ -140,8 +150,19 @@ impl Event {
             check_label("event.branch", branch, MAX_LABEL_CHARS * 4, true)?;
         }
         let event_ts = self.timestamp_nanos()?;
-        let payload = serde_json::to_value(self).map_err(|e| StoreError::invalid("event", e.to_string()))?;
-        let size = json_len(&payload);
+        let mut payload = serde_json::to_value(self).map_err(|e| StoreError::invalid("event", e.to_string()))?;
+        let mut size = json_len(&payload);
+        let mut blobs = Vec::new();
+        // Only a payload this large can hold media this large, so a text
+        // event never pays for the walk.
+        if size > offload_bytes
+            && let Some(content) = payload.get_mut("content")
+        {
+            blobs = offload(content, offload_bytes, "event.content")?;
+            if !blobs.is_empty() {
+                size = json_len(&payload);
+            }
+        }
         // A scope of the delta is written inside the payload (with shorter
         // keys), so it is never larger: below the state limit, no scope can
         // be over it.
@@ -157,7 +178,7 @@ impl Event {
         if size > MAX_EVENT_BYTES {
             return Err(StoreError::EventTooLarge { size, limit: MAX_EVENT_BYTES });
         }
-        Ok(PreparedEvent { event_ts, delta, payload })
+        Ok(PreparedEvent { event_ts, delta, payload, blobs })
     }
 }
 
@@ -165,11 +186,12 @@ impl Event {
     /// Checks a rollover summary and returns it as stored: never partial,
     /// and without a state delta (the successor starts from the closed
     /// session's state as it is).
+    /// A summary keeps its media inline: it is text the model wrote.
     pub fn prepare_summary(self) -> Result<(Self, PreparedEvent), StoreError> {
         if self.is_partial() {
             return Err(StoreError::invalid("summary.partial", "a rollover summary cannot be partial"));
         }
-        let (stored, prepared) = self.prepare_for_store()?;
+        let (stored, prepared) = self.prepare_for_store_with(usize::MAX)?;
         if !prepared.delta.is_empty() {
             return Err(StoreError::invalid("summary.actions.state_delta", "a rollover summary cannot change state"));
         }
@@ -182,7 +204,10 @@ impl Event {
 pub struct PreparedEvent {
     pub event_ts: i64,
     pub delta: ScopedState,
+    /// The event as stored, with references in place of its media.
     pub payload: Value,
+    /// The media that left the payload, distinct and ordered by hash.
+    pub blobs: Vec<Blob>,
 }
 
 /// Bytes of the compact JSON text of `value`, counted as it is written.

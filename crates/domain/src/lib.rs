@@ -5,6 +5,7 @@
 //! This crate has no database dependency on purpose: services and adapters
 //! can consume the contract without pulling in diesel or a driver.
 
+pub mod blob;
 pub mod error;
 pub mod event;
 pub mod ids;
@@ -15,6 +16,7 @@ pub mod session;
 pub mod state;
 pub mod store;
 
+pub use blob::{Blob, BlobHash, DEFAULT_MEDIA_OFFLOAD_BYTES};
 pub use error::StoreError;
 pub use event::{Event, EventActions, PreparedEvent};
 pub use ids::{AppName, SessionId, SessionKey, UserId};

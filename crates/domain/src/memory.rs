@@ -261,7 +261,7 @@ impl SessionStore for InMemoryStore {
         if event.is_partial() {
             return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
         }
-        let (event, prepared) = event.prepare_for_store()?;
+        let (event, prepared) = event.prepare_for_store_with(self.config.media_offload_bytes())?;
         let now = now_micros();
         let mut tables = self.tables();
         let stored =
@@ -269,7 +269,8 @@ impl SessionStore for InMemoryStore {
 
         if let Some(pos) = stored.events.iter().position(|e| e.id == event.id) {
             let prior = &stored.events[pos];
-            let same = serde_json::to_value(prior).ok() == Some(prepared.payload.clone());
+            // As stored, media inline: the payload has references instead.
+            let same = serde_json::to_value(prior).ok() == serde_json::to_value(&event).ok();
             if !same {
                 return Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id });
             }

@@ -280,6 +280,17 @@ pub struct StoreConfig {
     /// Sessions older than this refuse appends and must be rolled over;
     /// `None` allows any age.
     pub max_session_lifetime: Option<Duration>,
+    /// Media (inline data) of this many bytes or more is stored once,
+    /// outside the event ([`crate::blob`]); `None` is
+    /// [`crate::blob::DEFAULT_MEDIA_OFFLOAD_BYTES`].
+    pub media_offload_bytes: Option<usize>,
+}
+
+impl StoreConfig {
+    /// The size from which media leaves an event.
+    pub fn media_offload_bytes(&self) -> usize {
+        self.media_offload_bytes.unwrap_or(crate::blob::DEFAULT_MEDIA_OFFLOAD_BYTES)
+    }
 }
 
 #[cfg(test)]

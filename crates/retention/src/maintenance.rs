@@ -97,6 +97,9 @@ pub struct MaintenanceReport {
     /// still live; `adk-pg status` alerts while their partition stays.
     pub kept: Vec<KeptDay>,
     pub sessions_deleted: u64,
+    /// Events with media deleted from days about to be dropped, so that
+    /// their blobs lost the reference (and went with the last one).
+    pub media_events_released: u64,
     /// Consecutive days after today with a partition.
     pub partitions_ahead: u32,
     /// Usage rollup partitions premade (`adk_premake_usage_partitions`).
@@ -129,6 +132,13 @@ impl std::fmt::Display for MaintenanceReport {
         )?;
         if let (Some(policy), Some(before)) = (&self.policy, self.retire_before) {
             write!(f, "\n  policy: {policy}; retiring days before {before}")?;
+        }
+        if self.media_events_released > 0 {
+            write!(
+                f,
+                "\n  media: {} event(s) naming blobs released before their day was dropped",
+                self.media_events_released
+            )?;
         }
         if !self.created.is_empty() {
             let days: Vec<String> = self.created.iter().map(ToString::to_string).collect();
@@ -391,6 +401,7 @@ async fn maintain_locked(
             }
             continue;
         }
+        report.media_events_released += release_media(conn, &qualified(&partition.name), config).await?;
         if citus {
             let started = std::time::Instant::now();
             ddl(conn, &format!("ALTER TABLE {parent} DETACH PARTITION {}", qualified(&partition.name)), policy).await?;
@@ -501,6 +512,46 @@ const DELETE_RETIRED_SESSIONS_BY_KEY: &str = concat!(
     retired_sessions!("s.app_name, s.user_id, s.session_id"),
     ") RETURNING 1) SELECT count(*) AS count FROM gone"
 );
+
+/// Deletes the events of `partition` that name media, a batch per
+/// statement, before the day is dropped: each delete counts its blobs down
+/// (the `adk_events_release_blobs` trigger, blobs.sql), so a blob no other
+/// day's event names goes too, and one another day names stays. The rest of
+/// the day, every event without media, still goes with the `DROP`. Finding
+/// them is one scan of the day; the deletes are by `ctid`, so a batch never
+/// scans again. Safe to interrupt: what was deleted was counted down in the
+/// same transaction, and what was not is found by the next run.
+async fn release_media(
+    conn: &mut AsyncPgConnection,
+    partition: &str,
+    config: &MaintenanceConfig,
+) -> Result<u64, RetentionError> {
+    #[derive(QueryableByName)]
+    struct TidRow {
+        #[diesel(sql_type = Text)]
+        tid: String,
+    }
+    let found: Vec<TidRow> =
+        diesel::sql_query(format!("SELECT ctid::text AS tid FROM ONLY {partition} WHERE blob_refs IS NOT NULL"))
+            .load(conn)
+            .await
+            .map_err(RetentionError::query("find the events with media of a day to drop"))?;
+    let tids: Vec<String> = found.into_iter().map(|row| row.tid).collect();
+    let batch = usize::try_from(config.session_delete_batch).unwrap_or(1).max(1);
+    let mut released = 0;
+    for chunk in tids.chunks(batch) {
+        let deleted = diesel::sql_query(format!("DELETE FROM ONLY {partition} WHERE ctid = ANY ($1::text[]::tid[])"))
+            .bind::<Array<Text>, _>(chunk)
+            .execute(conn)
+            .await
+            .map_err(RetentionError::query("release the media of a day to drop"))?;
+        released += u64::try_from(deleted).unwrap_or_default();
+    }
+    if released > 0 {
+        tracing::info!(partition, released, "released the media of a day before dropping it");
+    }
+    Ok(released)
+}
 
 /// Runs one statement that takes DDL locks and returns rows, retrying
 /// after a lock wait timed out as [`ddl`] does. Each attempt is its own

@@ -42,7 +42,7 @@
 -- On Citus the common path is three statements instead (the branch under
 -- adk_on_citus(), defined in sessions.sql); what follows it, the rare path,
 -- the shared-state deltas and the result, is the same on both.
-CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
+CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[] DEFAULT NULL)
  RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -59,9 +59,20 @@ DECLARE
     new_update    timestamptz;
     locked_day    date;
     locked_seq    bigint;
+    -- The event's media (blobs.sql): NULL for an event without any, which
+    -- then takes no step of its own.
+    hashes        bytea[] := CASE WHEN p_blobs IS NOT NULL THEN adk_blob_hashes(p_blobs) END;
 BEGIN
     IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
         PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
+    -- Blobs are shared by the users of an app, and Citus places each user's
+    -- rows on one node: storing them would write another node on every
+    -- append with media. Refused before anything is written.
+    IF hashes IS NOT NULL AND adk_on_citus() THEN
+        RAISE EXCEPTION 'an event''s media cannot be stored apart from it on Citus'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'keep media out of events on Citus (artifacts), or run the store on one server';
     END IF;
 
     IF NOT adk_on_citus() THEN
@@ -82,9 +93,9 @@ BEGIN
                FOR NO KEY UPDATE OF a
         ), e AS (
             INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
-                                          invocation_id, author, event_ts, payload)
+                                          invocation_id, author, event_ts, payload, blob_refs)
             SELECT p_app_name, p_user_id, p_session_id, l.session_day, l.last_seq + 1, p_event_id,
-                   p_invocation_id, p_author, p_event_ts, p_payload
+                   p_invocation_id, p_author, p_event_ts, p_payload, hashes
               FROM l
             ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
             RETURNING ev.seq
@@ -126,9 +137,9 @@ BEGIN
            FOR NO KEY UPDATE OF a;
         IF FOUND THEN
             INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
-                                          invocation_id, author, event_ts, payload)
+                                          invocation_id, author, event_ts, payload, blob_refs)
             VALUES (p_app_name, p_user_id, p_session_id, locked_day, locked_seq + 1, p_event_id,
-                    p_invocation_id, p_author, p_event_ts, p_payload)
+                    p_invocation_id, p_author, p_event_ts, p_payload, hashes)
             ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
             RETURNING ev.seq INTO next_seq;
             IF next_seq IS NOT NULL THEN
@@ -197,14 +208,19 @@ BEGIN
         new_day := s.session_day;
         new_update := greatest(pg_catalog.now(), s.updated_at);
         INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id,
-                                invocation_id, author, event_ts, payload)
+                                invocation_id, author, event_ts, payload, blob_refs)
         VALUES (p_app_name, p_user_id, p_session_id, s.session_day, next_seq, p_event_id,
-                p_invocation_id, p_author, p_event_ts, p_payload);
+                p_invocation_id, p_author, p_event_ts, p_payload, hashes);
         UPDATE adk_sessions a
            SET last_seq = next_seq, updated_at = new_update,
                state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
                             THEN a.state || p_session_delta ELSE a.state END
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id;
+    END IF;
+
+    -- Stored: the event holds its media now, so the blobs can be counted.
+    IF hashes IS NOT NULL THEN
+        PERFORM adk_hold_blobs(p_app_name, p_blobs);
     END IF;
 
     IF p_user_delta IS NOT NULL AND p_user_delta <> '{}'::jsonb THEN
@@ -230,4 +246,22 @@ BEGIN
     RETURN NEXT;
 END;
 $function$;
-REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[]) FROM PUBLIC;
+
+-- The append gained its last argument in migration 26, which dropped the
+-- fourteen-argument one and its grants with it: the roles that may read the
+-- store's sessions may append to them again.
+DO $$
+DECLARE
+    grantee name;
+BEGIN
+    FOR grantee IN
+        SELECT r.rolname
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE p.oid = 'adk_get_session(text, text, text, text, bigint, bigint)'::regprocedure
+           AND a.privilege_type = 'EXECUTE' AND r.oid <> p.proowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[]) TO %I', grantee);
+    END LOOP;
+END $$;

@@ -496,12 +496,15 @@ BEGIN
     -- not new model calls, and the usage rollup, which finds new events by
     -- arrival, has counted the originals once already.
     INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, invocation_id,
-                            author, event_ts, created_at, payload)
+                            author, event_ts, created_at, payload, blob_refs)
     SELECT e.app_name, e.user_id, p_new_id, born.session_day, e.seq, e.event_id, e.invocation_id,
-           e.author, e.event_ts, e.created_at, e.payload
+           e.author, e.event_ts, e.created_at, e.payload, e.blob_refs
       FROM adk_events e
      WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
        AND e.session_day = s.session_day AND e.seq <= p_at_seq;
+    -- The copies name the same media: each is one more reference to it, so
+    -- deleting the original leaves the fork's media in place.
+    PERFORM adk_hold_copied_blobs(p_app_name, p_user_id, p_new_id, born.session_day);
 
     RETURN QUERY SELECT 'forked'::text, p_at_seq;
 END;

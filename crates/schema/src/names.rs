@@ -12,6 +12,8 @@ pub const ROLE_APPS: &str = "adk_role_apps";
 pub const ROLE_APP_CHANGES: &str = "adk_role_app_changes";
 pub const STORE_POLICY_CHANGES: &str = "adk_store_policy_changes";
 pub const MAINTENANCE_RUNS: &str = "adk_maintenance_runs";
+/// Media moved out of the log, once per app, counted by the events naming it.
+pub const BLOBS: &str = "adk_blobs";
 /// Usage rollups: one table per level, partitioned by bucket start.
 pub const USAGE_MINUTES: &str = "adk_usage_1m";
 pub const USAGE_HOURS: &str = "adk_usage_1h";
@@ -27,9 +29,10 @@ pub const SCHEMA_SQL: &str = "adk_schema_sql";
 /// Every table the migrations create: the store's data, its policy and its
 /// history, the tenant bindings, the maintenance log, the usage rollups and
 /// the record of the installed functions.
-pub const STORE_TABLES: [&str; 17] = [
+pub const STORE_TABLES: [&str; 18] = [
     SESSIONS,
     EVENTS,
+    BLOBS,
     USER_STATES,
     APP_STATES,
     STORE_POLICY,

@@ -65,6 +65,7 @@ pub const SQL_FILES: &[SqlFile] = &[
     sql_file!("usage"),
     sql_file!("sessions", citus),
     sql_file!("append"),
+    sql_file!("blobs"),
     sql_file!("read", citus),
     sql_file!("feed", citus),
     sql_file!("erase"),

@@ -22,6 +22,7 @@ diesel::table! {
         event_ts -> Int8,
         created_at -> Timestamptz,
         payload -> Jsonb,
+        blob_refs -> Nullable<Array<Bytea>>,
     }
 }
 

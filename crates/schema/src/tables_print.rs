@@ -67,6 +67,9 @@ fn diesel_type(pg: &str) -> String {
         "timestamptz" => "Timestamptz",
         "interval" => "Interval",
         "uuid" => "Uuid",
+        "bytea" => "Bytea",
+        // An array's udt name is its element's with a leading underscore.
+        other if other.starts_with('_') => return format!("Array<{}>", diesel_type(&other[1..])),
         other => return format!("/* unsupported type {other} */"),
     }
     .to_owned()

@@ -24,7 +24,7 @@ use diesel::data_types::PgInterval;
 use diesel::deserialize::FromSql;
 use diesel::pg::{Pg, PgValue};
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Integer, Interval, Jsonb, Nullable, Text, Timestamptz, Untyped};
+use diesel::sql_types::{Array, BigInt, Bytea, Integer, Interval, Jsonb, Nullable, Text, Timestamptz, Untyped};
 use serde_json::Value;
 
 /// One SQL function as `pg_proc` should describe it.
@@ -69,6 +69,8 @@ arg_types! {
     IntArg: i32 as Integer = "integer";
     OptTimestamptzArg: Option<DateTime<Utc>> as Nullable<Timestamptz> = "timestamp with time zone";
     OptIntervalArg: Option<PgInterval> as Nullable<Interval> = "interval";
+    ByteaArrayArg: &'a [Vec<u8>] as Array<Bytea> = "bytea[]";
+    OptByteaArrayArg: Option<&'a [Vec<u8>]> as Nullable<Array<Bytea>> = "bytea[]";
 }
 
 /// The arguments every per-session function starts with: the app the store
@@ -473,6 +475,7 @@ store_function! {
         app_delta: JsonArg,
         expected_seq: OptBigIntArg,
         max_lifetime: OptIntervalArg,
+        blobs: OptByteaArrayArg,
     ) -> AppendRow {
         outcome: "text",
         seq: "bigint",
@@ -493,8 +496,11 @@ pub(crate) struct AppendRow {
     pub seq: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub updated_at: Option<DateTime<Utc>>,
-    /// The stored event, on a replay.
+    /// The stored event, on a replay or a duplicate. The store answers a
+    /// replay with the event it was sent (equal by definition), whose media
+    /// is in place, rather than with this payload, whose media is not.
     #[diesel(sql_type = Nullable<Jsonb>)]
+    #[allow(dead_code)]
     pub payload: Option<Value>,
     #[diesel(sql_type = Nullable<Text>)]
     pub successor_id: Option<String>,
@@ -502,6 +508,21 @@ pub(crate) struct AppendRow {
     /// client's shorter one.
     #[diesel(sql_type = Nullable<Interval>)]
     pub max_lifetime: Option<PgInterval>,
+}
+
+store_function! {
+    /// The media a read found references to, among the blobs the session's
+    /// events hold (blobs.sql).
+    GetBlobs => adk_get_blobs([key] sha256: ByteaArrayArg) -> BlobRow { sha256: "bytea", data: "bytea" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct BlobRow {
+    #[diesel(sql_type = Bytea)]
+    pub sha256: Vec<u8>,
+    #[diesel(sql_type = Bytea)]
+    pub data: Vec<u8>,
 }
 
 store_function! {
@@ -797,6 +818,7 @@ pub const SIGNATURES: &[Signature] = &[
     SetSessionMetadata::SIGNATURE,
     DeleteSession::SIGNATURE,
     AppendEvent::SIGNATURE,
+    GetBlobs::SIGNATURE,
     RolloverSession::SIGNATURE,
     RewindSession::SIGNATURE,
     FindSessions::SIGNATURE,

@@ -230,7 +230,9 @@ pub async fn append_to_a_missing_session_is_not_found<F: StoreFactory>(f: &F) {
 
 pub async fn append_past_the_max_lifetime_is_refused<F: StoreFactory>(f: &F) {
     let lifetime = Duration::from_millis(1000);
-    let store = f.store(StoreConfig { default_ttl: None, max_session_lifetime: Some(lifetime) }).await;
+    let store = f
+        .store(StoreConfig { default_ttl: None, max_session_lifetime: Some(lifetime), ..StoreConfig::default() })
+        .await;
     let (app, user) = names("lifetime");
     let session = create(&*store, &app, &user, "s", json!({})).await;
     let first = ev(json!({"n": 1}));

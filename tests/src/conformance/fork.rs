@@ -115,7 +115,8 @@ pub async fn fork_refuses_bad_points_taken_ids_and_missing_sessions<F: StoreFact
 
 pub async fn fork_of_a_closed_session_is_open_and_expired_ones_are_not_found<F: StoreFactory>(f: &F) {
     let ttl = Duration::from_millis(500);
-    let store = f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None }).await;
+    let store =
+        f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None, ..StoreConfig::default() }).await;
     let (app, user) = names("forkclosed");
     let original = store
         .create(CreateSession::new(app.clone(), user.clone()).with_id("s").with_ttl(Duration::from_secs(3600)))

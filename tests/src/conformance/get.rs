@@ -261,7 +261,8 @@ pub async fn get_during_concurrent_appends_sees_one_consistent_version<F: StoreF
 
 pub async fn expired_sessions_are_not_found_not_listed_and_refuse_appends<F: StoreFactory>(f: &F) {
     let ttl = Duration::from_millis(500);
-    let store = f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None }).await;
+    let store =
+        f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None, ..StoreConfig::default() }).await;
     let (app, user) = names("expiry");
     let short = create(&*store, &app, &user, "short", json!({})).await;
     assert_eq!(short.expires_at, Some(short.created_at + TimeDelta::milliseconds(500)), "default ttl");

@@ -236,7 +236,8 @@ pub async fn bad_metadata_is_refused_naming_the_field_and_nothing_is_written<F: 
 
 pub async fn set_metadata_of_a_missing_or_expired_session_is_not_found<F: StoreFactory>(f: &F) {
     let ttl = Duration::from_millis(500);
-    let store = f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None }).await;
+    let store =
+        f.store(StoreConfig { default_ttl: Some(ttl), max_session_lifetime: None, ..StoreConfig::default() }).await;
     let (app, user) = names("metamissing");
     let title = SessionMetadata::new().with_display_name("title");
     let keep = store

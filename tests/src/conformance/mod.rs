@@ -22,6 +22,7 @@ mod find;
 mod fork;
 mod get;
 mod list;
+mod media;
 mod metadata;
 mod rewind_rollover;
 mod validation;
@@ -35,6 +36,7 @@ pub use find::*;
 pub use fork::*;
 pub use get::*;
 pub use list::*;
+pub use media::*;
 pub use metadata::*;
 pub use rewind_rollover::*;
 pub use validation::*;
@@ -139,6 +141,11 @@ macro_rules! conformance_tests {
             fork_refuses_bad_points_taken_ids_and_missing_sessions,
             fork_of_a_closed_session_is_open_and_expired_ones_are_not_found,
             fork_copies_the_display_name_and_labels,
+            // media
+            media_round_trips_exactly_past_the_event_limit,
+            media_events_replay_and_conflict_like_any_event,
+            what_is_left_of_an_event_still_meets_the_limit,
+            forks_rewinds_and_deletes_keep_every_reader_of_media_whole,
             // metadata
             create_with_metadata_shows_it_in_get_and_list,
             set_metadata_replaces_without_moving_version_or_update_time,

@@ -9,5 +9,6 @@ mod concurrent_index_build;
 mod expiry;
 mod lifetime_rollover;
 mod live_conversion;
+mod media_lifetime;
 mod partition_maintenance;
 mod policy;

@@ -18,6 +18,7 @@ mod faults;
 mod feature_docs;
 mod fork;
 mod function_statements;
+mod media;
 mod observability;
 mod plan_cache;
 mod postgres_only;

@@ -13,5 +13,6 @@ mod adapter;
 mod compare_builtin;
 mod contract;
 mod crowd;
+mod media;
 mod readme_path;
 mod runner_e2e;

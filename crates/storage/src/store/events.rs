@@ -4,9 +4,8 @@
 use std::future::Future;
 
 use adk_postgres_domain::{AppendOptions, Appended, Event, GetOptions, Session, SessionId, SessionKey, StoreError};
-use serde_json::Value;
 
-use super::{PgSessionStore, interval, only_row, single, stored_event, to_json, version};
+use super::{PgSessionStore, interval, only_row, single, to_json, version};
 use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{self as sql, AppendOutcome, AppendRow, PremadeRow, RewindOutcome, RewindRow};
@@ -56,7 +55,7 @@ impl PgSessionStore {
         if event.is_partial() {
             return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
         }
-        let (event, prepared) = event.prepare_for_store()?;
+        let (event, prepared) = event.prepare_for_store_with(self.config.media_offload_bytes())?;
         let expected = options
             .expected_version
             .map(|v| i64::try_from(v).map_err(|_| StoreError::invalid("expected_version", "out of range")))
@@ -66,6 +65,7 @@ impl PgSessionStore {
         let session_delta = to_json(prepared.delta.session);
         let user_delta = to_json(prepared.delta.user);
         let app_delta = to_json(prepared.delta.app);
+        let blobs: Vec<Vec<u8>> = prepared.blobs.into_iter().map(|blob| blob.data).collect();
 
         let row = self
             .with_partition(|| async {
@@ -81,6 +81,7 @@ impl PgSessionStore {
                     app_delta: &app_delta,
                     expected_seq: expected,
                     max_lifetime,
+                    blobs: Some(blobs.as_slice()).filter(|b| !b.is_empty()),
                 }
                 .load::<AppendRow>(&mut conn)
                 .await
@@ -91,12 +92,10 @@ impl PgSessionStore {
         let seq = row.seq.map(version);
         match row.outcome {
             AppendOutcome::Stored => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
-            AppendOutcome::Replayed => Ok(Appended {
-                event: stored_event(row.payload.unwrap_or(Value::Null))?,
-                seq,
-                replayed: true,
-                last_update_time: row.updated_at,
-            }),
+            // The stored payload equals the one just sent, so the event is
+            // the one the caller sent, with its media in place: no need to
+            // read the media back.
+            AppendOutcome::Replayed => Ok(Appended { event, seq, replayed: true, last_update_time: row.updated_at }),
             AppendOutcome::Duplicate => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
             AppendOutcome::Stale => Err(StoreError::StaleSession {
                 key: key.clone(),

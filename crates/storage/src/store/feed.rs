@@ -33,8 +33,9 @@ use futures_util::stream::{BoxStream, Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::from_diesel;
-use crate::functions::{self as sql, FeedListenRow, FeedRow};
+use crate::functions::{self as sql, BlobRow, FeedListenRow, FeedRow};
 use crate::store::PgSessionStore;
+use crate::store::media;
 
 /// Events per read. A feed far behind catches up page by page, one page per
 /// round trip, and hands each page out before it reads the next, so a slow
@@ -626,17 +627,35 @@ impl SessionWatch {
                 return Ok(());
             }
         }
+        let mut read = Vec::new();
+        let mut read_upto = (self.read_upto, self.read_upto_id.clone());
         for row in rows {
             let seq = row.seq.ok_or_else(|| corrupt("an event without seq"))?;
-            if seq != self.read_upto + 1 {
+            if seq != read_upto.0 + 1 {
                 // One snapshot of a gapless log: never expected.
-                return Err(corrupt(&format!("seq {seq} after {}", self.read_upto)));
+                return Err(corrupt(&format!("seq {seq} after {}", read_upto.0)));
             }
-            let event = row.payload.ok_or_else(|| corrupt("an event without payload"))?.0;
-            self.queued.push_back((version(seq), event));
-            self.read_upto = seq;
-            self.read_upto_id = row.event_id;
+            read.push(row.payload.ok_or_else(|| corrupt("an event without payload"))?.0);
+            read_upto = (seq, row.event_id);
         }
+        let wanted = media::references(&read);
+        if !wanted.is_empty() {
+            let blobs = sql::GetBlobs { key: self.store.key_args(&self.key), sha256: &wanted }
+                .load::<BlobRow>(&mut listener.conn);
+            let blobs = answered(blobs).await?.map_err(feed_error)?;
+            if media::put_back(&mut read, blobs).is_err() {
+                // The session changed since the events were read: the next
+                // read finds out how (rewound, deleted), from where this
+                // one started.
+                self.read_due = true;
+                return Ok(());
+            }
+        }
+        let first = self.read_upto + 1;
+        for (seq, event) in (first..).zip(read) {
+            self.queued.push_back((version(seq), event));
+        }
+        (self.read_upto, self.read_upto_id) = read_upto;
         self.read_due = self.read_upto < last_seq;
         if !self.read_due && header.closed_at.is_some() {
             let successor = header

@@ -37,6 +37,7 @@ mod erase;
 mod events;
 pub mod feed;
 mod fork;
+pub(crate) mod media;
 mod sessions;
 
 pub use crate::pool::CheckoutObserver;
@@ -92,10 +93,6 @@ impl std::fmt::Debug for PgSessionStore {
 fn stored_state(which: &str, value: Option<Value>) -> Result<State, StoreError> {
     state_from_value(which, value.unwrap_or(Value::Null))
         .map_err(|e| StoreError::Database { message: format!("stored {which} is corrupt: {e}") })
-}
-
-fn stored_event(payload: Value) -> Result<Event, StoreError> {
-    Event::from_value(payload).map_err(|e| StoreError::Database { message: format!("stored event is corrupt: {e}") })
 }
 
 /// The row of a statement read to its end, or none. Every statement is read

@@ -11,12 +11,12 @@ use adk_postgres_domain::{
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{PgSessionStore, TenantScope, interval, only_row, single, stored_state, to_json, version};
+use super::{PgSessionStore, TenantScope, interval, media, only_row, single, stored_state, to_json, version};
 use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{
-    self as sql, CreatedRow, DeletedRow, FoundRow, GetRow, MetadataOutcome, MetadataRow, RolloverOutcome, RolloverRow,
-    SummaryRow,
+    self as sql, BlobRow, CreatedRow, DeletedRow, FoundRow, GetRow, MetadataOutcome, MetadataRow, RolloverOutcome,
+    RolloverRow, SummaryRow,
 };
 use crate::pool::with_retries;
 
@@ -134,7 +134,32 @@ impl PgSessionStore {
         })
     }
 
+    /// The session, with the media its events name put back in place. The
+    /// media is read by a second call, made only when there is any; when a
+    /// blob is gone by then, the session changed between the two reads, and
+    /// the whole read runs again.
     pub(crate) async fn load_session(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        const READS: usize = 3;
+        for _ in 0..READS {
+            let mut session = self.load_session_once(key, &options).await?;
+            let wanted = media::references(&session.events);
+            if wanted.is_empty() {
+                return Ok(session);
+            }
+            let rows = with_retries!(self, |conn| sql::GetBlobs { key: self.key_args(key), sha256: &wanted }
+                .load::<BlobRow>(&mut conn)
+                .await
+                .map_err(|e| from_diesel(e, "state")))?;
+            if media::put_back(&mut session.events, rows).is_ok() {
+                return Ok(session);
+            }
+        }
+        Err(StoreError::Conflict {
+            message: format!("the session's media changed under {READS} reads in a row; try again"),
+        })
+    }
+
+    async fn load_session_once(&self, key: &SessionKey, options: &GetOptions) -> Result<Session, StoreError> {
         let after = options
             .after
             .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));

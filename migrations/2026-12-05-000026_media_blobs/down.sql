@@ -1,0 +1,20 @@
+SET lock_timeout = '5s';
+-- Made by crates/schema/sql/blobs.sql and append.sql; they go with the
+-- feature. The previous release's append.sql states the fourteen-argument
+-- append again when it installs.
+DROP TRIGGER IF EXISTS adk_events_release_blobs ON adk_events;
+DROP FUNCTION IF EXISTS adk_release_blobs();
+DROP FUNCTION IF EXISTS adk_get_blobs(text, text, text, text, bytea[]);
+DROP FUNCTION IF EXISTS adk_hold_blobs(text, bytea[]);
+DROP FUNCTION IF EXISTS adk_hold_copied_blobs(text, text, text, date);
+DROP FUNCTION IF EXISTS adk_blob_hashes(bytea[]);
+DROP FUNCTION IF EXISTS adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[]);
+ALTER TABLE adk_events DROP COLUMN blob_refs;
+DROP TABLE adk_blobs;
+-- Migration 18's down.sql edits the fourteen-argument append: put its
+-- signature back, as a placeholder the files restate.
+CREATE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval)
+ RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
+ LANGUAGE plpgsql
+AS $$ BEGIN RAISE EXCEPTION 'adk_append_event is stated by crates/schema/sql/append.sql'; END $$;
+REVOKE EXECUTE ON FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval) FROM PUBLIC;
