@@ -90,7 +90,7 @@ pub async fn media_events_replay_and_conflict_like_any_event<F: StoreFactory>(f:
     assert_eq!(get(&*store, &session.key).await.events.len(), 1);
 }
 
-pub async fn what_is_left_of_an_event_still_meets_the_limit<F: StoreFactory>(f: &F) {
+pub async fn what_is_left_of_a_media_event_still_meets_the_limit<F: StoreFactory>(f: &F) {
     let store = f.store(StoreConfig::default()).await;
     let (app, user) = names("medialimit");
     let session = create(&*store, &app, &user, "s", json!({})).await;
@@ -115,7 +115,7 @@ pub async fn what_is_left_of_an_event_still_meets_the_limit<F: StoreFactory>(f: 
     assert_eq!(get(&*store, &session.key).await.version, 0, "nothing was written");
 }
 
-pub async fn forks_rewinds_and_deletes_keep_every_reader_of_media_whole<F: StoreFactory>(f: &F) {
+pub async fn forks_rewinds_and_deletes_keep_media_whole<F: StoreFactory>(f: &F) {
     let store = f.store(StoreConfig::default()).await;
     let (app, user) = names("medialife");
     let original = create(&*store, &app, &user, "s", json!({})).await;

@@ -144,8 +144,8 @@ macro_rules! conformance_tests {
             // media
             media_round_trips_exactly_past_the_event_limit,
             media_events_replay_and_conflict_like_any_event,
-            what_is_left_of_an_event_still_meets_the_limit,
-            forks_rewinds_and_deletes_keep_every_reader_of_media_whole,
+            what_is_left_of_a_media_event_still_meets_the_limit,
+            forks_rewinds_and_deletes_keep_media_whole,
             // metadata
             create_with_metadata_shows_it_in_get_and_list,
             set_metadata_replaces_without_moving_version_or_update_time,

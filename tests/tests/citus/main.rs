@@ -316,3 +316,21 @@ async fn status_reports_each_workers_shards_and_days_ahead() {
         short.alerts
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn an_event_with_media_to_store_apart_is_refused_with_nothing_written() {
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "u1").await;
+    let image = adk_postgres_tests::conformance::media_bytes(100_000, 1);
+    let refused = store
+        .append(&key, adk_postgres_tests::conformance::image_event(&image), Default::default())
+        .await
+        .expect_err("blobs are shared across users, which Citus places on different nodes");
+    assert!(refused.to_string().contains("Citus"), "{refused}");
+    store.append(&key, with_delta(serde_json::json!({"a": 1})), Default::default()).await.expect("text still appends");
+    let session = store.get(&key, GetOptions::default()).await.expect("get");
+    assert_eq!(session.version, 1, "the refused event wrote nothing");
+}

@@ -149,9 +149,8 @@ async fn retiring_a_day_releases_its_media_and_drops_the_rest() {
         run_maintenance(db.url(), run_today, &MaintenanceConfig::default()).await.expect("premake");
     }
     sql.batch_execute("UPDATE adk_store_policy SET retention = interval '30 days'").await.expect("default again");
-    sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions, adk_blobs; CHECKPOINT")
-        .await
-        .expect("settle");
+    sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions, adk_blobs").await.expect("settle");
+    sql.batch_execute("CHECKPOINT").await.expect("checkpoint");
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let start = wal_lsn(&sql).await;
