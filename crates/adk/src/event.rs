@@ -80,6 +80,15 @@ fn to_part(value: Value) -> serde_json::Result<Part> {
     }
 }
 
+/// Where a redacted event's redaction shows on the adk event: its
+/// `provider_metadata` (serialized as `event_metadata`), a string map adk
+/// carries untouched. The reason, as given.
+pub const REDACTION_REASON: &str = "adk_postgres.redaction.reason";
+/// When it was redacted: RFC 3339, UTC, nine fractional digits.
+pub const REDACTION_AT: &str = "adk_postgres.redaction.redacted_at";
+/// `"true"` when the state delta was removed too, else `"false"`.
+pub const REDACTION_STATE_DELTA: &str = "adk_postgres.redaction.state_delta";
+
 /// The store event for an adk event: every field carried, typed where the
 /// store reads it, the rest in `extra` when it is not blank.
 pub fn to_store_event(event: &adk_core::Event) -> Result<Event, AdkError> {
@@ -198,6 +207,7 @@ pub fn to_store_event(event: &adk_core::Event) -> Result<Event, AdkError> {
         },
         partial: partial.then_some(true),
         turn_complete: turn_complete.then_some(true),
+        redaction: None,
         extra,
     })
 }
@@ -213,7 +223,19 @@ pub fn from_store_event(event: &Event) -> Result<adk_core::Event, AdkError> {
 /// [`from_store_event`] on an owned event: its strings and JSON move into the
 /// adk event instead of being copied.
 pub(crate) fn into_adk_event(event: Event) -> Result<adk_core::Event, AdkError> {
-    let Event { id, invocation_id, author, timestamp, branch, content, actions, partial, turn_complete, extra } = event;
+    let Event {
+        id,
+        invocation_id,
+        author,
+        timestamp,
+        branch,
+        content,
+        actions,
+        partial,
+        turn_complete,
+        redaction,
+        extra,
+    } = event;
     let EventActions {
         state_delta,
         artifact_delta,
@@ -248,6 +270,15 @@ pub(crate) fn into_adk_event(event: Event) -> Result<adk_core::Event, AdkError> 
             "event_metadata" => event_metadata = field(&id, &key, serde_json::from_value(value))?,
             _ => {}
         }
+    }
+
+    if let Some(redaction) = redaction {
+        // A tombstone keeps no event_metadata of its own (it may carry
+        // text), so these keys are the redaction's alone.
+        event_metadata.insert(REDACTION_REASON.to_owned(), redaction.reason);
+        event_metadata
+            .insert(REDACTION_AT.to_owned(), redaction.redacted_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
+        event_metadata.insert(REDACTION_STATE_DELTA.to_owned(), redaction.state_delta.to_string());
     }
 
     let mut actions = adk_core::EventActions {
@@ -369,6 +400,7 @@ mod tests {
                 },
                 partial: event.llm_response.partial.then_some(true),
                 turn_complete: event.llm_response.turn_complete.then_some(true),
+                redaction: None,
                 extra,
             })
         }
