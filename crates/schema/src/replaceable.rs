@@ -121,7 +121,7 @@ pub fn stated_functions() -> Vec<&'static str> {
 ///
 /// [`revert_all_migrations`]: crate::migrations::revert_all_migrations
 pub const FILES_ONLY: &[&str] =
-    &["adk_on_citus()", "adk_usage_bytes(jsonb)", "adk_redact_event(text, text, text, text, text, text, boolean)"];
+    &["adk_on_citus()", "adk_usage_bytes(jsonb)", "adk_redact_event(text,text,text,text,text,text,boolean)"];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.
 pub(crate) fn drop_files_only(conn: &mut Wrapper) -> Result<(), MigrationError> {
