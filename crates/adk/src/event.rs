@@ -767,6 +767,23 @@ mod tests {
     }
 
     #[test]
+    fn a_redacted_event_reads_as_adk_content_with_its_redaction_in_the_metadata() {
+        let stored = to_store_event(&rich_event()).unwrap();
+        let at = Utc.timestamp_nanos(1_790_000_000_123_456_000);
+        let tombstone = through_json(&stored.redacted("pii", at, Default::default()));
+        let adk = from_store_event(&tombstone).unwrap();
+        let content = adk.llm_response.content.as_ref().expect("content");
+        assert_eq!(content.role, "model");
+        assert!(matches!(content.parts.as_slice(), [Part::Text { text }] if text == "[redacted]"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_REASON).map(String::as_str), Some("pii"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_AT).map(String::as_str), Some("2026-09-21T14:13:20.123456000Z"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_STATE_DELTA).map(String::as_str), Some("false"));
+        assert_eq!(adk.provider_metadata.len(), 3, "the original's metadata went: {:?}", adk.provider_metadata);
+        assert_eq!((adk.id.as_str(), adk.timestamp), ("e-1", rich_event().timestamp));
+        assert_eq!(adk.actions.state_delta.len(), rich_event().actions.state_delta.len(), "the delta stays");
+    }
+
+    #[test]
     fn foreign_events_read_with_adk_defaults() {
         let mut foreign = Event::new("system");
         foreign.content = Some(json!({"role": "model", "parts": [{"text": "summary"}]}));
