@@ -4,6 +4,7 @@ SET lock_timeout = '5s';
 -- append again when it installs.
 DROP TRIGGER IF EXISTS adk_events_release_blobs ON adk_events;
 DROP FUNCTION IF EXISTS adk_release_blobs();
+DROP FUNCTION IF EXISTS adk_release_blob_refs(text, bytea[]);
 DROP FUNCTION IF EXISTS adk_get_blobs(text, text, text, text, bytea[]);
 DROP FUNCTION IF EXISTS adk_hold_blobs(text, bytea[]);
 DROP FUNCTION IF EXISTS adk_hold_copied_blobs(text, text, text, date);

@@ -40,7 +40,7 @@ pub mod codes {
     /// A bare session id (legacy `append_event`, `rewind`) matches sessions
     /// of several users or apps; use the `*_for_identity` methods.
     pub const AMBIGUOUS_ID: &str = "session.ambiguous_id";
-    /// `rewind` to an event id the session does not hold.
+    /// `rewind` or `redact_event` to an event id the session does not hold.
     pub const EVENT_NOT_FOUND: &str = "session.event_not_found";
     /// `rewind_steps` past the first event.
     pub const REWIND_OUT_OF_RANGE: &str = "session.rewind_out_of_range";
@@ -79,6 +79,10 @@ pub fn to_adk_error(error: StoreError) -> AdkError {
         StoreError::SessionClosed { successor: Some(successor), .. } => {
             metadata.insert("successor".to_owned(), Value::from(successor.as_str()));
         }
+        StoreError::EventNotFound { event_id, .. } => {
+            metadata.insert("field".to_owned(), Value::from("event_id"));
+            metadata.insert("event_id".to_owned(), Value::from(event_id.as_str()));
+        }
         StoreError::PartitionMissing { day: Some(day) } => {
             metadata.insert("day".to_owned(), Value::from(day.to_string()));
         }
@@ -114,6 +118,7 @@ fn classify(error: &StoreError) -> (ErrorCategory, &'static str, &'static str) {
         StoreError::StateTooLarge { .. } => (C::InvalidInput, codes::STATE_TOO_LARGE, "state_too_large"),
         StoreError::EventTooLarge { .. } => (C::InvalidInput, codes::EVENT_TOO_LARGE, "event_too_large"),
         StoreError::NotFound(_) => (C::NotFound, codes::NOT_FOUND, "not_found"),
+        StoreError::EventNotFound { .. } => (C::NotFound, codes::EVENT_NOT_FOUND, "event_not_found"),
         StoreError::AlreadyExists(_) => (C::InvalidInput, codes::ALREADY_EXISTS, "already_exists"),
         StoreError::DuplicateEvent { .. } => (C::InvalidInput, codes::DUPLICATE_EVENT, "duplicate_event"),
         // Not retryable as is: the caller must reload the session first.

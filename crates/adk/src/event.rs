@@ -80,6 +80,15 @@ fn to_part(value: Value) -> serde_json::Result<Part> {
     }
 }
 
+/// Where a redacted event's redaction shows on the adk event: its
+/// `provider_metadata` (serialized as `event_metadata`), a string map adk
+/// carries untouched. The reason, as given.
+pub const REDACTION_REASON: &str = "adk_postgres.redaction.reason";
+/// When it was redacted: RFC 3339, UTC, nine fractional digits.
+pub const REDACTION_AT: &str = "adk_postgres.redaction.redacted_at";
+/// `"true"` when the state delta was removed too, else `"false"`.
+pub const REDACTION_STATE_DELTA: &str = "adk_postgres.redaction.state_delta";
+
 /// The store event for an adk event: every field carried, typed where the
 /// store reads it, the rest in `extra` when it is not blank.
 pub fn to_store_event(event: &adk_core::Event) -> Result<Event, AdkError> {
@@ -198,6 +207,7 @@ pub fn to_store_event(event: &adk_core::Event) -> Result<Event, AdkError> {
         },
         partial: partial.then_some(true),
         turn_complete: turn_complete.then_some(true),
+        redaction: None,
         extra,
     })
 }
@@ -213,7 +223,19 @@ pub fn from_store_event(event: &Event) -> Result<adk_core::Event, AdkError> {
 /// [`from_store_event`] on an owned event: its strings and JSON move into the
 /// adk event instead of being copied.
 pub(crate) fn into_adk_event(event: Event) -> Result<adk_core::Event, AdkError> {
-    let Event { id, invocation_id, author, timestamp, branch, content, actions, partial, turn_complete, extra } = event;
+    let Event {
+        id,
+        invocation_id,
+        author,
+        timestamp,
+        branch,
+        content,
+        actions,
+        partial,
+        turn_complete,
+        redaction,
+        extra,
+    } = event;
     let EventActions {
         state_delta,
         artifact_delta,
@@ -248,6 +270,15 @@ pub(crate) fn into_adk_event(event: Event) -> Result<adk_core::Event, AdkError> 
             "event_metadata" => event_metadata = field(&id, &key, serde_json::from_value(value))?,
             _ => {}
         }
+    }
+
+    if let Some(redaction) = redaction {
+        // A tombstone keeps no event_metadata of its own (it may carry
+        // text), so these keys are the redaction's alone.
+        event_metadata.insert(REDACTION_REASON.to_owned(), redaction.reason);
+        event_metadata
+            .insert(REDACTION_AT.to_owned(), redaction.redacted_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
+        event_metadata.insert(REDACTION_STATE_DELTA.to_owned(), redaction.state_delta.to_string());
     }
 
     let mut actions = adk_core::EventActions {
@@ -369,6 +400,7 @@ mod tests {
                 },
                 partial: event.llm_response.partial.then_some(true),
                 turn_complete: event.llm_response.turn_complete.then_some(true),
+                redaction: None,
                 extra,
             })
         }
@@ -732,6 +764,23 @@ mod tests {
         assert!(blank.extra.is_empty(), "{:?}", blank.extra);
         assert!(blank.actions.extra.is_empty(), "{:?}", blank.actions.extra);
         assert_eq!((blank.branch, blank.content, blank.partial), (None, None, None));
+    }
+
+    #[test]
+    fn a_redacted_event_reads_as_adk_content_with_its_redaction_in_the_metadata() {
+        let stored = to_store_event(&rich_event()).unwrap();
+        let at = Utc.timestamp_nanos(1_790_000_000_123_456_000);
+        let tombstone = through_json(&stored.redacted("pii", at, Default::default()));
+        let adk = from_store_event(&tombstone).unwrap();
+        let content = adk.llm_response.content.as_ref().expect("content");
+        assert_eq!(content.role, "model");
+        assert!(matches!(content.parts.as_slice(), [Part::Text { text }] if text == "[redacted]"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_REASON).map(String::as_str), Some("pii"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_AT).map(String::as_str), Some("2026-09-21T14:13:20.123456000Z"));
+        assert_eq!(adk.provider_metadata.get(REDACTION_STATE_DELTA).map(String::as_str), Some("false"));
+        assert_eq!(adk.provider_metadata.len(), 3, "the original's metadata went: {:?}", adk.provider_metadata);
+        assert_eq!((adk.id.as_str(), adk.timestamp), ("e-1", rich_event().timestamp));
+        assert_eq!(adk.actions.state_delta.len(), rich_event().actions.state_delta.len(), "the delta stays");
     }
 
     #[test]

@@ -42,7 +42,7 @@ mod session;
 mod state;
 
 pub use error::{codes, to_adk_error};
-pub use event::{from_store_event, to_store_event};
+pub use event::{REDACTION_AT, REDACTION_REASON, REDACTION_STATE_DELTA, from_store_event, to_store_event};
 #[cfg(feature = "scripted")]
 pub use scripted::{ScriptedLlm, ScriptedTurn};
 pub use service::PgSessionService;

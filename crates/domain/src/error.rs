@@ -24,6 +24,9 @@ pub enum StoreError {
     /// No such session for this app and user, or it has expired.
     #[error("session {0} not found")]
     NotFound(SessionKey),
+    /// The session exists but holds no event with this id (`event_id`).
+    #[error("session {key} has no event with event_id {event_id:?}")]
+    EventNotFound { key: SessionKey, event_id: String },
     /// A create with an id that is taken; the existing session is untouched.
     #[error("session {0} already exists")]
     AlreadyExists(SessionKey),
@@ -84,6 +87,7 @@ impl StoreError {
             StoreError::StateTooLarge { .. } => "state_too_large",
             StoreError::EventTooLarge { .. } => "event_too_large",
             StoreError::NotFound(_) => "not_found",
+            StoreError::EventNotFound { .. } => "event_not_found",
             StoreError::AlreadyExists(_) => "already_exists",
             StoreError::DuplicateEvent { .. } => "duplicate_event",
             StoreError::StaleSession { .. } => "stale_session",

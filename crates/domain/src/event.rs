@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::blob::{Blob, DEFAULT_MEDIA_OFFLOAD_BYTES, offload};
 use crate::error::StoreError;
 use crate::ids::MAX_ID_CHARS;
+use crate::redaction::Redaction;
 use crate::state::{MAX_STATE_BYTES, ScopedState, State, TEMP_PREFIX, contains_nul};
 
 /// Largest event accepted, as compact JSON, after its media left it
@@ -64,6 +65,10 @@ pub struct Event {
     pub partial: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_complete: Option<bool>,
+    /// Set by `SessionStore::redact_event` only: the event is a tombstone
+    /// (see [`crate::redaction`]); an append carrying it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redaction: Option<Redaction>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -81,6 +86,7 @@ impl Event {
             actions: EventActions::default(),
             partial: None,
             turn_complete: None,
+            redaction: None,
             extra: Map::new(),
         }
     }
@@ -148,6 +154,11 @@ impl Event {
         check_label("event.invocation_id", &self.invocation_id, MAX_LABEL_CHARS, true)?;
         if let Some(branch) = &self.branch {
             check_label("event.branch", branch, MAX_LABEL_CHARS * 4, true)?;
+        }
+        if self.redaction.is_some() {
+            // A tombstone is made by the store, where it also writes the
+            // audit row; appended, it would claim a redaction never made.
+            return Err(StoreError::invalid("event.redaction", "is set by redact_event only"));
         }
         let event_ts = self.timestamp_nanos()?;
         let mut payload = serde_json::to_value(self).map_err(|e| StoreError::invalid("event", e.to_string()))?;
@@ -255,7 +266,7 @@ pub fn nanos_to_timestamp(nanos: i64) -> DateTime<Utc> {
 
 /// RFC 3339 with all nine fractional digits, so the text form never loses
 /// precision and sorts as time does.
-mod nanos_rfc3339 {
+pub(crate) mod nanos_rfc3339 {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 

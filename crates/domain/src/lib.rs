@@ -12,6 +12,7 @@ pub mod ids;
 pub mod memory;
 pub mod metadata;
 pub mod policy;
+pub mod redaction;
 pub mod session;
 pub mod state;
 pub mod store;
@@ -23,6 +24,7 @@ pub use ids::{AppName, SessionId, SessionKey, UserId};
 pub use memory::InMemoryStore;
 pub use metadata::SessionMetadata;
 pub use policy::{StorePolicy, UsagePolicy};
+pub use redaction::{RedactOptions, Redacted, Redaction};
 pub use session::{
     AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
     SessionPage, SessionSummary, StoreConfig,

@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
 use crate::metadata::{SessionMetadata, labels_match};
 use crate::policy::StorePolicy;
+use crate::redaction::{RedactOptions, Redacted, check_event_id, check_reason};
 use crate::session::{
     AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
     SessionPage, SessionSummary, StoreConfig,
@@ -467,5 +468,32 @@ impl SessionStore for InMemoryStore {
         }
         tables.sessions.insert(fork_key.clone(), forked);
         Self::load(&tables, &fork_key, GetOptions::default())
+    }
+
+    async fn redact_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+        reason: &str,
+        options: RedactOptions,
+    ) -> Result<Redacted, StoreError> {
+        check_event_id(event_id)?;
+        check_reason(reason)?;
+        let now = now_micros();
+        let mut tables = self.tables();
+        let stored =
+            tables.sessions.get_mut(key).filter(|s| s.is_live(now)).ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let pos = stored
+            .events
+            .iter()
+            .position(|e| e.id == event_id)
+            .ok_or_else(|| StoreError::EventNotFound { key: key.clone(), event_id: event_id.to_owned() })?;
+        let seq = pos as u64 + 1;
+        let event = &mut stored.events[pos];
+        if event.redaction_covers(options) {
+            return Ok(Redacted { seq, event: event.clone(), already_redacted: true });
+        }
+        *event = event.clone().redacted(reason, now, options);
+        Ok(Redacted { seq, event: event.clone(), already_redacted: false })
     }
 }

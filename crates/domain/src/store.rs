@@ -8,6 +8,7 @@ use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
 use crate::metadata::SessionMetadata;
+use crate::redaction::{RedactOptions, Redacted};
 use crate::session::{AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, Session, SessionPage};
 
 /// A durable home for ADK sessions, their events and their scoped state.
@@ -75,4 +76,23 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// two diverge independently. `at_seq` past the last event is
     /// `InvalidInput`; a taken `new_id` is `AlreadyExists`.
     async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError>;
+
+    /// Replaces one event's content, and every other field that can carry
+    /// text, with a tombstone recording `reason` and the time
+    /// ([`crate::redaction`] says what is kept). The seq, id, author and
+    /// timestamps stay, and the state delta too unless `options` says
+    /// otherwise; the session's state, version and update time do not move.
+    /// Every read (get, the change feed, fork, rewind) then sees the
+    /// tombstone. Writes an audit row without content. A second redaction
+    /// changes nothing and answers `already_redacted`, unless it removes the
+    /// state delta the first kept. A bad `reason` or `event_id` is
+    /// `InvalidInput` naming it; a missing session is `NotFound`, a missing
+    /// event `EventNotFound`; nothing is written then.
+    async fn redact_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+        reason: &str,
+        options: RedactOptions,
+    ) -> Result<Redacted, StoreError>;
 }

@@ -86,22 +86,34 @@ END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_hold_copied_blobs(p_app_name text, p_user_id text, p_session_id text, p_day date) FROM PUBLIC;
 
--- An event with media left: each of its blobs loses a reference, and one
--- with none left goes. The DELETE runs first and only on a blob this event
--- held the last reference to; a concurrent release of the same blob waits
--- for the row and sees the count the other left, so two releases never
--- both miss the last reference. An append that shares the blob and finds
--- it deleted stores it anew (ON CONFLICT sees the row gone).
-CREATE OR REPLACE FUNCTION adk_release_blobs() RETURNS trigger
+-- An event no longer names `p_refs` (it left, or its content was redacted):
+-- each of those blobs loses a reference, and one with none left goes. The
+-- DELETE runs first and only on a blob this event held the last reference
+-- to; a concurrent release of the same blob waits for the row and sees the
+-- count the other left, so two releases never both miss the last
+-- reference. An append that shares the blob and finds it deleted stores it
+-- anew (ON CONFLICT sees the row gone).
+CREATE OR REPLACE FUNCTION adk_release_blob_refs(p_app_name text, p_refs bytea[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, :"store_schema", pg_temp
 AS $$
 BEGIN
     DELETE FROM adk_blobs b
-     WHERE b.app_name = OLD.app_name AND b.sha256 = ANY (OLD.blob_refs) AND b.refs <= 1;
+     WHERE b.app_name = p_app_name AND b.sha256 = ANY (p_refs) AND b.refs <= 1;
     UPDATE adk_blobs b
        SET refs = b.refs - 1
-     WHERE b.app_name = OLD.app_name AND b.sha256 = ANY (OLD.blob_refs);
+     WHERE b.app_name = p_app_name AND b.sha256 = ANY (p_refs);
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_release_blob_refs(p_app_name text, p_refs bytea[]) FROM PUBLIC;
+
+-- The trigger of every way an event leaves.
+CREATE OR REPLACE FUNCTION adk_release_blobs() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $$
+BEGIN
+    PERFORM adk_release_blob_refs(OLD.app_name, OLD.blob_refs);
     RETURN NULL;
 END;
 $$;

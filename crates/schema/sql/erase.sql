@@ -243,9 +243,11 @@ BEGIN
             EXIT work;
         END IF;
 
-        -- 6. The user's state.
+        -- 6. The user's state, and the audit of redactions of the user's
+        --    events (it names the user and the sessions).
         DELETE FROM adk_user_states us WHERE us.app_name = p_app_name AND us.user_id = p_user_id;
         d_state := FOUND;
+        DELETE FROM adk_event_redactions r WHERE r.app_name = p_app_name AND r.user_id = p_user_id;
         IF d_state THEN
             n := n + 1;
         END IF;

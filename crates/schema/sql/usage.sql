@@ -10,9 +10,12 @@
 -- function call part: adk-rust writes {name, args}, Gemini JSON
 -- function_call or functionCall), a user message (author `user`), else a
 -- model response. The rollup job and any check of it share this one rule.
+-- A redacted event's tombstone (redact.sql) no longer has the parts the
+-- kind is read from; it records the kind its original had.
 CREATE OR REPLACE FUNCTION adk_usage_kind(p_payload jsonb, p_author text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE
+        WHEN p_payload->'redaction'->'usage'->>'kind' IS NOT NULL THEN p_payload->'redaction'->'usage'->>'kind'
         WHEN p_payload->>'error_code' IS NOT NULL THEN 'error'
         WHEN jsonb_path_exists(p_payload,
              '$.content.parts[*] ? (exists(@.functionResponse) || exists(@.function_response))') THEN 'tool_result'
@@ -37,6 +40,19 @@ CREATE OR REPLACE FUNCTION adk_usage_tokens(p_payload jsonb, p_snake text, p_cam
         ELSE 0
     END;
 REVOKE EXECUTE ON FUNCTION adk_usage_tokens(p_payload jsonb, p_snake text, p_camel text) FROM PUBLIC;
+
+-- An event's size as the rollup counts it: the bytes of its payload's
+-- text, or, for a redacted event, those of the original, recorded in its
+-- tombstone (redact.sql), so a redaction leaves the size figures as they
+-- were whether the rollup ran before it or after.
+CREATE OR REPLACE FUNCTION adk_usage_bytes(p_payload jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN jsonb_typeof(p_payload->'redaction'->'usage'->'payload_bytes') = 'number'
+        THEN (p_payload->'redaction'->'usage'->>'payload_bytes')::integer
+        ELSE octet_length(p_payload::text)
+    END;
+REVOKE EXECUTE ON FUNCTION adk_usage_bytes(p_payload jsonb) FROM PUBLIC;
 
 -- usage_metadata.cost as an exact decimal, NULL when absent or not a
 -- finite number.

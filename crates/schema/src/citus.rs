@@ -66,7 +66,7 @@ pub const DATABASE_SETTINGS: &[(&str, &str)] = &[("citus.propagate_set_commands"
 /// The table whose shards the other distributed tables are colocated with.
 const SHARDS_OWNER: &str = "adk_sessions";
 /// Tables distributed by user_id in the shards of [`SHARDS_OWNER`].
-const COLOCATED_TABLES: &[&str] = &["adk_events", "adk_user_states"];
+const COLOCATED_TABLES: &[&str] = &["adk_events", "adk_user_states", "adk_event_redactions"];
 
 /// The column every distributed table is distributed by.
 pub const DISTRIBUTION_COLUMN: &str = "user_id";

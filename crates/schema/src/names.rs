@@ -22,6 +22,8 @@ pub const USAGE_STATE: &str = "adk_usage_state";
 pub const USAGE_INVOCATION_TAILS: &str = "adk_usage_invocation_tails";
 pub const USAGE_LATE_EVENTS: &str = "adk_usage_late_events";
 pub const USAGE_RUNS: &str = "adk_usage_runs";
+/// The audit of redacted events: which, why, when, by whom; no content.
+pub const EVENT_REDACTIONS: &str = "adk_event_redactions";
 /// Which text of `crates/schema/sql/` the database holds (its SHA-256), so
 /// an unchanged install after a migrate is a no-op.
 pub const SCHEMA_SQL: &str = "adk_schema_sql";
@@ -29,7 +31,7 @@ pub const SCHEMA_SQL: &str = "adk_schema_sql";
 /// Every table the migrations create: the store's data, its policy and its
 /// history, the tenant bindings, the maintenance log, the usage rollups and
 /// the record of the installed functions.
-pub const STORE_TABLES: [&str; 18] = [
+pub const STORE_TABLES: [&str; 19] = [
     SESSIONS,
     EVENTS,
     BLOBS,
@@ -48,6 +50,7 @@ pub const STORE_TABLES: [&str; 18] = [
     USAGE_LATE_EVENTS,
     USAGE_RUNS,
     SCHEMA_SQL,
+    EVENT_REDACTIONS,
 ];
 
 /// What every daily partition's name starts with; the day follows as `YYYYMMDD`.

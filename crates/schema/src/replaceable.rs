@@ -68,6 +68,7 @@ pub const SQL_FILES: &[SqlFile] = &[
     sql_file!("blobs"),
     sql_file!("read", citus),
     sql_file!("feed", citus),
+    sql_file!("redact"),
     sql_file!("erase"),
 ];
 
@@ -120,7 +121,8 @@ pub fn stated_functions() -> Vec<&'static str> {
 /// the last `down.sql` has run.
 ///
 /// [`revert_all_migrations`]: crate::migrations::revert_all_migrations
-pub const FILES_ONLY: &[&str] = &["adk_on_citus()"];
+pub const FILES_ONLY: &[&str] =
+    &["adk_on_citus()", "adk_usage_bytes(jsonb)", "adk_redact_event(text,text,text,text,text,text,boolean)"];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.
 pub(crate) fn drop_files_only(conn: &mut Wrapper) -> Result<(), MigrationError> {

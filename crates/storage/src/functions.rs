@@ -24,7 +24,7 @@ use diesel::data_types::PgInterval;
 use diesel::deserialize::FromSql;
 use diesel::pg::{Pg, PgValue};
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{Array, BigInt, Bytea, Integer, Interval, Jsonb, Nullable, Text, Timestamptz, Untyped};
+use diesel::sql_types::{Array, BigInt, Bool, Bytea, Integer, Interval, Jsonb, Nullable, Text, Timestamptz, Untyped};
 use serde_json::Value;
 
 /// One SQL function as `pg_proc` should describe it.
@@ -67,6 +67,7 @@ arg_types! {
     BigIntArg: i64 as BigInt = "bigint";
     OptBigIntArg: Option<i64> as Nullable<BigInt> = "bigint";
     IntArg: i32 as Integer = "integer";
+    BoolArg: bool as Bool = "boolean";
     OptTimestamptzArg: Option<DateTime<Utc>> as Nullable<Timestamptz> = "timestamp with time zone";
     OptIntervalArg: Option<PgInterval> as Nullable<Interval> = "interval";
     ByteaArrayArg: &'a [Vec<u8>] as Array<Bytea> = "bytea[]";
@@ -678,7 +679,7 @@ pub(crate) struct ErasureBatchRow {
     pub events: i64,
     #[diesel(sql_type = BigInt)]
     pub usage_tails: i64,
-    #[diesel(sql_type = diesel::sql_types::Bool)]
+    #[diesel(sql_type = Bool)]
     pub user_state: bool,
 }
 
@@ -707,7 +708,7 @@ pub(crate) struct ErasurePreviewRow {
     pub events: i64,
     #[diesel(sql_type = BigInt)]
     pub usage_tails: i64,
-    #[diesel(sql_type = diesel::sql_types::Bool)]
+    #[diesel(sql_type = Bool)]
     pub user_state: bool,
     #[diesel(sql_type = Nullable<BigInt>)]
     pub running_erasure_id: Option<i64>,
@@ -810,6 +811,39 @@ pub(crate) struct FeedRow {
     pub payload: Option<StoredEvent>,
 }
 
+outcome! {
+    /// What `adk_redact_event` did.
+    RedactOutcome {
+        /// The event is now a tombstone.
+        Redacted = "redacted",
+        /// It was redacted before and this call would remove nothing more.
+        Already = "already",
+        /// No live session with this key.
+        NotFound = "not_found",
+        /// The session holds no event with this id.
+        NoEvent = "no_event",
+    }
+}
+
+store_function! {
+    /// Replaces one event's payload with its tombstone and writes the audit
+    /// row, in one transaction.
+    RedactEvent => adk_redact_event([key] event_id: TextArg, reason: TextArg, state_delta: BoolArg)
+        -> RedactRow { outcome: "text", seq: "bigint", payload: "jsonb" }
+}
+
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct RedactRow {
+    #[diesel(sql_type = Text)]
+    pub outcome: RedactOutcome,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+    /// The event as stored after the call.
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub payload: Option<StoredEvent>,
+}
+
 /// Every function the store calls: exactly what a service role may execute.
 pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
@@ -829,4 +863,5 @@ pub const SIGNATURES: &[Signature] = &[
     ForkSession::SIGNATURE,
     FeedListen::SIGNATURE,
     ReadEventsAfter::SIGNATURE,
+    RedactEvent::SIGNATURE,
 ];

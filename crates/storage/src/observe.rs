@@ -47,10 +47,11 @@ pub enum Operation {
     SetMetadata,
     EraseUser,
     Fork,
+    RedactEvent,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 11] = [
+    pub const ALL: [Operation; 12] = [
         Self::Create,
         Self::Get,
         Self::List,
@@ -62,6 +63,7 @@ impl Operation {
         Self::SetMetadata,
         Self::EraseUser,
         Self::Fork,
+        Self::RedactEvent,
     ];
 
     /// The `operation` field and label: the `SessionStore` method's name.
@@ -78,6 +80,7 @@ impl Operation {
             Self::SetMetadata => "set_metadata",
             Self::EraseUser => "erase_user",
             Self::Fork => "fork",
+            Self::RedactEvent => "redact_event",
         }
     }
 }

@@ -24,6 +24,7 @@ mod get;
 mod list;
 mod media;
 mod metadata;
+mod redact;
 mod rewind_rollover;
 mod validation;
 
@@ -38,6 +39,7 @@ pub use get::*;
 pub use list::*;
 pub use media::*;
 pub use metadata::*;
+pub use redact::*;
 pub use rewind_rollover::*;
 pub use validation::*;
 
@@ -146,6 +148,14 @@ macro_rules! conformance_tests {
             media_events_replay_and_conflict_like_any_event,
             what_is_left_of_a_media_event_still_meets_the_limit,
             forks_rewinds_and_deletes_keep_media_whole,
+            // redact
+            redact_replaces_content_and_every_text_and_keeps_identity_order_and_state,
+            rewind_and_fork_see_the_tombstone_and_rebuild_the_same_state,
+            redacting_the_state_delta_changes_what_rewind_rebuilds,
+            redacting_twice_changes_nothing_unless_it_removes_the_state_delta,
+            redact_refuses_bad_input_and_missing_targets_writing_nothing,
+            a_retried_append_of_a_redacted_event_is_a_duplicate_and_appending_a_tombstone_is_refused,
+            redactions_racing_appends_lose_no_append_and_keep_seq_gapless,
             // metadata
             create_with_metadata_shows_it_in_get_and_list,
             set_metadata_replaces_without_moving_version_or_update_time,

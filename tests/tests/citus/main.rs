@@ -18,11 +18,13 @@ async fn the_store_is_distributed_by_user_and_colocated() {
     let db = test_database().await;
     assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
     let layout = adk_postgres_schema::citus_layout(db.url()).await.unwrap().expect("the citus extension is installed");
-    assert_eq!(layout.distributed_tables, ["adk_events", "adk_sessions", "adk_user_states"]);
+    assert_eq!(layout.distributed_tables, ["adk_event_redactions", "adk_events", "adk_sessions", "adk_user_states"]);
     assert_eq!(layout.reference_tables, ["adk_app_states", "adk_role_apps", "adk_store_policy"]);
     assert_eq!(layout.workers, 2);
     assert!(layout.schema_guarded, "migrated as a superuser, the store's schema is guarded");
-    for function in ["adk_append_event(", "adk_get_session(", "adk_list_sessions(", "adk_create_session("] {
+    for function in
+        ["adk_append_event(", "adk_get_session(", "adk_list_sessions(", "adk_create_session(", "adk_redact_event("]
+    {
         assert!(layout.delegated_functions.iter().any(|f| f.starts_with(function)), "{function} in {layout:?}");
     }
     assert!(!layout.delegated_functions.iter().any(|f| f.starts_with("adk_erase_user")), "{layout:?}");
@@ -31,13 +33,14 @@ async fn the_store_is_distributed_by_user_and_colocated() {
     let colocations: i64 = sql
         .query_one(
             "SELECT count(DISTINCT colocationid) FROM pg_dist_partition
-              WHERE logicalrelid IN ('adk_sessions'::regclass, 'adk_events'::regclass, 'adk_user_states'::regclass)",
+              WHERE logicalrelid IN ('adk_sessions'::regclass, 'adk_events'::regclass, 'adk_user_states'::regclass,
+                                     'adk_event_redactions'::regclass)",
             &[],
         )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(colocations, 1, "sessions, events and user states share their shards");
+    assert_eq!(colocations, 1, "sessions, events, user states and redactions share their shards");
     // Today's partition is distributed like its parent, and has shards.
     let partitions_with_shards: i64 = sql
         .query_one(

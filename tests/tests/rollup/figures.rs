@@ -229,7 +229,7 @@ async fn build_reference(sql: &Client) {
          CREATE TEMP TABLE ref_events AS
          SELECT app_name, user_id, session_id, author, adk_usage_kind(payload, author) AS kind,
                 event_ts, event_ts / 1000000000 AS second,
-                octet_length(payload::text) AS bytes,
+                adk_usage_bytes(payload) AS bytes,
                 coalesce((payload->'usage_metadata'->>'prompt_token_count')::bigint,
                          (payload->'usage_metadata'->>'promptTokenCount')::bigint, 0) AS prompt,
                 coalesce((payload->'usage_metadata'->>'candidates_token_count')::bigint,

@@ -9,3 +9,4 @@ mod figures;
 mod live_traffic;
 mod operations;
 mod queries;
+mod redaction;

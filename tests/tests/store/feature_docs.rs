@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::{AppName, Event, SessionStore, StoreError, UserId};
+use adk_postgres_domain::{AppName, Event, RedactOptions, SessionStore, StoreError, UserId};
 use adk_postgres_storage::{AppNotice, EraseOptions, PgSessionStore};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, store};
@@ -15,11 +15,12 @@ use chrono::{TimeDelta, Utc};
 
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
-const FEATURE_PAGES: [(&str, &str, usize); 4] = [
+const FEATURE_PAGES: [(&str, &str, usize); 5] = [
     ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
     ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
     ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
     ("docs/features/erasing-a-user.md", include_str!("../../../docs/features/erasing-a-user.md"), 1),
+    ("docs/features/redacting-an-event.md", include_str!("../../../docs/features/redacting-an-event.md"), 1),
 ];
 const THIS_FILE: &str = include_str!("feature_docs.rs");
 
@@ -99,6 +100,26 @@ async fn forking() -> anyhow::Result<()> {
     let branch = store.fork(&key, 12, Some("what-if".into())).await?;
 
     assert_eq!(branch.version, 12);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redacting_an_event() -> anyhow::Result<()> {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let (app, user) = names();
+    let key = adk_postgres_tests::pg::new_session(&store, app.as_str(), user.as_str()).await;
+    let mut pasted = Event::new("user");
+    pasted.content = Some(serde_json::json!({"role": "user", "parts": [{"text": "my card is 4111 1111"}]}));
+    let event_id = store.append(&key, pasted, Default::default()).await?.event.id;
+
+    // Replace the event's content, and any other text it carries, with a tombstone.
+    let done = store.redact_event(&key, &event_id, "user pasted a card number", RedactOptions::default()).await?;
+    assert!(done.event.is_redacted());
+
+    let read = store.get(&key, Default::default()).await?;
+    assert_eq!(read.events[0], done.event);
+    assert!(!serde_json::to_string(&read.events[0])?.contains("4111"));
     Ok(())
 }
 

@@ -243,3 +243,25 @@ async fn a_blob_is_read_only_through_a_session_naming_it_and_only_for_bound_apps
     let session = scoped.get(&with_image, GetOptions::default()).await.expect("the bound role reads its media");
     assert_eq!(session.events[0].content.as_ref().expect("content")["parts"][1]["data"], serde_json::json!(image));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redacting_an_image_removes_it_unless_another_event_names_it() {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let sql = client(db.url()).await;
+    let (pasted, shared) = (media_bytes(150_000, 11), media_bytes(150_000, 12));
+    let key = new_session(&store, "app", "u").await;
+    let private = store.append(&key, image_event(&pasted), AppendOptions::default()).await.expect("append").event;
+    let first = store.append(&key, image_event(&shared), AppendOptions::default()).await.expect("append").event;
+    store.append(&key, image_event(&shared), AppendOptions::default()).await.expect("append");
+    assert_eq!(blobs(&sql, "app").await, (2, 300_000, 3));
+
+    store.redact_event(&key, &private.id, "a passport scan", Default::default()).await.expect("redact");
+    assert_eq!(blobs(&sql, "app").await, (1, 150_000, 2), "the redacted image is gone from the store");
+    store.redact_event(&key, &first.id, "duplicate", Default::default()).await.expect("redact");
+    assert_eq!(blobs(&sql, "app").await, (1, 150_000, 1), "the other event still names the shared image");
+    assert_counts_match_references(&sql).await;
+    let read = store.get(&key, GetOptions::default()).await.expect("get");
+    assert_eq!(read.events[2].content.as_ref().expect("content")["parts"][1]["data"], serde_json::json!(shared));
+    assert!(read.events[0].content.as_ref().expect("tombstone")["parts"].to_string().contains("[redacted]"));
+}

@@ -16,8 +16,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread::ThreadId;
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionId, SessionKey, SessionMetadata,
-    SessionStore, StoreError, UserId,
+    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, RedactOptions, SessionId, SessionKey,
+    SessionMetadata, SessionStore, StoreError, UserId,
 };
 use adk_postgres_storage::observe::{DURATION_METRIC, ERRORS_METRIC, Operation, SPAN_NAME};
 use adk_postgres_testing::test_database;
@@ -231,6 +231,7 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
     assert_eq!(found, vec![successor.clone()]);
     store.set_metadata(&successor, SessionMetadata::new().with_label("kind", "test")).await.expect("set_metadata");
     store.fork(&successor, 1, Some("forked".into())).await.expect("fork");
+    store.redact_event(&successor, "summary", "pasted a secret", RedactOptions::default()).await.expect("redact");
     store.delete(&successor).await.expect("delete");
     store.erase_user(&app(), &user()).await.expect("erase_user");
 
@@ -250,6 +251,7 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
             "find_by_id",
             "set_metadata",
             "fork",
+            "redact_event",
             "delete",
             "erase_user"
         ]

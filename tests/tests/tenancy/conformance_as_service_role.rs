@@ -19,8 +19,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, Session, SessionId,
-    SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
+    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
+    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
@@ -249,6 +249,23 @@ impl SessionStore for PerAppFixed {
         Self: 'a,
     {
         Box::pin(async move { self.of(&key.app_name).await.fork(key, at_seq, new_id).await })
+    }
+
+    fn redact_event<'s, 'k, 'e, 'r, 'a>(
+        &'s self,
+        key: &'k SessionKey,
+        event_id: &'e str,
+        reason: &'r str,
+        options: RedactOptions,
+    ) -> Boxed<'a, Redacted>
+    where
+        's: 'a,
+        'k: 'a,
+        'e: 'a,
+        'r: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&key.app_name).await.redact_event(key, event_id, reason, options).await })
     }
 }
 

@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, SessionKey, SessionStore, StoreConfig,
-    StoreError, UserId,
+    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, RedactOptions, SessionKey, SessionStore,
+    StoreConfig, StoreError, UserId,
 };
 use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
 use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
@@ -259,7 +259,9 @@ impl World {
                        FROM adk_events e WHERE e.app_name = $1),
                     (SELECT pg_catalog.string_agg(u::text, ' | ' ORDER BY u.user_id)
                        FROM adk_user_states u WHERE u.app_name = $1),
-                    (SELECT pg_catalog.string_agg(a::text, ' | ') FROM adk_app_states a WHERE a.app_name = $1)))",
+                    (SELECT pg_catalog.string_agg(a::text, ' | ') FROM adk_app_states a WHERE a.app_name = $1),
+                    (SELECT pg_catalog.string_agg(r::text, ' | ' ORDER BY r.user_id, r.session_id, r.redacted_at)
+                       FROM adk_event_redactions r WHERE r.app_name = $1)))",
                 &[&app],
             )
             .await
@@ -909,6 +911,11 @@ fn foreign_writes(t: &str) -> Vec<(&'static str, String)> {
             format!("SELECT * FROM adk_rewind_session({t}, 'alpha', 'u1', 'alpha-session', 0, NULL)"),
         ),
         ("adk_delete_session", format!("SELECT adk_delete_session({t}, 'alpha', 'u1', 'alpha-session')")),
+        // Refused before the event is looked for, so any id shows it.
+        (
+            "adk_redact_event",
+            format!("SELECT * FROM adk_redact_event({t}, 'alpha', 'u1', 'alpha-session', 'any-event', 'forged', true)"),
+        ),
     ]
 }
 
@@ -964,7 +971,13 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
 // 6. through the Rust store
 
 /// Every operation of `store` about alpha, each an attempt.
-async fn store_reaches_alpha(at: &mut Attempts, label: &str, store: &PgSessionStore, alpha: &SessionKey) {
+async fn store_reaches_alpha(
+    at: &mut Attempts,
+    label: &str,
+    store: &PgSessionStore,
+    alpha: &SessionKey,
+    alpha_event: &str,
+) {
     let got = store.get(alpha, GetOptions::default()).await.map(|s| s.events.len());
     at.check(&format!("{label}: get alpha"), matches!(got, Err(StoreError::NotFound(_))), &got);
     let listed = store
@@ -995,6 +1008,9 @@ async fn store_reaches_alpha(at: &mut Attempts, label: &str, store: &PgSessionSt
     at.check(&format!("{label}: roll alpha over"), refused(&rolled), &rolled);
     let rewound = store.rewind(alpha, 0, None).await.map(|_| ());
     at.check(&format!("{label}: rewind alpha"), refused(&rewound), &rewound);
+    let redacted = store.redact_event(alpha, alpha_event, "forged", RedactOptions { state_delta: true }).await;
+    let redacted = redacted.map(|_| ());
+    at.check(&format!("{label}: redact an event of alpha"), refused(&redacted), &redacted);
     let deleted = store.delete(alpha).await;
     at.check(&format!("{label}: delete alpha"), refused(&deleted), &deleted);
 }
@@ -1002,24 +1018,30 @@ async fn store_reaches_alpha(at: &mut Attempts, label: &str, store: &PgSessionSt
 async fn the_rust_store_for_another_app(at: &mut Attempts) {
     let w = world().await;
     let before = (w.fingerprint("alpha").await, w.fingerprint("beta").await);
+    let alpha_event: String = w
+        .owner
+        .query_one("SELECT event_id FROM adk_events WHERE app_name = 'alpha' ORDER BY seq LIMIT 1", &[])
+        .await
+        .expect("an event of alpha")
+        .get(0);
 
     let fixed_beta = store_as(&w.b, TenantScope::Fixed(app("beta"))).await;
     let per_request = store_as(&w.b, TenantScope::PerRequest).await;
     for (label, store) in [("Fixed(beta) as B", &fixed_beta), ("PerRequest as B", &per_request)] {
         let own = store.get(&w.beta, GetOptions::default()).await.expect("role B reads its own session");
         assert_eq!(own.events.len(), 2, "{label}");
-        store_reaches_alpha(at, label, store, &w.alpha).await;
+        store_reaches_alpha(at, label, store, &w.alpha, &alpha_event).await;
     }
 
     let off = store_as(&w.b, TenantScope::Off).await;
-    store_reaches_alpha(at, "Off as B", &off, &w.alpha).await;
+    store_reaches_alpha(at, "Off as B", &off, &w.alpha, &alpha_event).await;
     let got = off.get(&w.beta, GetOptions::default()).await.map(|s| s.events.len());
     at.check("Off as B: get beta without naming a tenant", matches!(got, Err(StoreError::NotFound(_))), &got);
     let listed = off.list(&ListSessions::new(app("beta"), w.beta.user_id.clone())).await.map(|p| p.sessions.len());
     at.check("Off as B: list beta without naming a tenant", matches!(listed, Ok(0)), &listed);
 
     let fixed_alpha = store_as(&w.b, TenantScope::Fixed(app("alpha"))).await;
-    store_reaches_alpha(at, "Fixed(alpha) as B", &fixed_alpha, &w.alpha).await;
+    store_reaches_alpha(at, "Fixed(alpha) as B", &fixed_alpha, &w.alpha, &alpha_event).await;
     let got = fixed_alpha.get(&w.beta, GetOptions::default()).await.map(|s| s.events.len());
     at.check("Fixed(alpha) as B: get beta", matches!(got, Err(StoreError::NotFound(_))), &got);
 

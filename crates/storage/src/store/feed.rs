@@ -70,7 +70,9 @@ const EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
 /// A session's new events, in `seq` order: `(seq, event)` for each seq after
 /// the `from_seq` it was opened with, exactly once, strictly increasing and
-/// without gaps, also across lost and re-established connections.
+/// without gaps, also across lost and re-established connections. An event
+/// redacted before the feed read it arrives as its tombstone; one redacted
+/// after is not sent again ([`AppNotice::EventRedacted`] says which).
 ///
 /// The stream ends with an error when the session can no longer be followed,
 /// after every event before that point was delivered:
@@ -142,6 +144,9 @@ pub enum AppNotice {
     SessionClosed { key: SessionKey },
     /// A session was rewound to `seq` events.
     SessionRewound { key: SessionKey, seq: u64 },
+    /// The event at `seq` was redacted (`redact_event`): what was read of
+    /// it before is no longer what the store holds; read it again.
+    EventRedacted { key: SessionKey, seq: u64 },
     /// A session was deleted (by delete, expiry or retention).
     SessionDeleted { key: SessionKey },
     /// The feed's connection was lost and is listening again: notices sent
@@ -269,7 +274,9 @@ impl Notice {
             |(kind, user_id, session_id, seq)| {
                 let mut chars = kind.chars();
                 match (chars.next(), chars.next()) {
-                    (Some(kind @ ('e' | 'c' | 'x' | 'r' | 'd')), None) => Some(Self { kind, user_id, session_id, seq }),
+                    (Some(kind @ ('e' | 'c' | 'x' | 'r' | 'd' | 't')), None) => {
+                        Some(Self { kind, user_id, session_id, seq })
+                    }
                     _ => None,
                 }
             },
@@ -575,11 +582,13 @@ impl SessionWatch {
 
     /// Whether `notice` may mean something new for this feed. An event at
     /// or below what was read is old news (a rewind that could reuse its
-    /// seq sends its own notice first).
+    /// seq sends its own notice first), and so is the redaction of one: a
+    /// feed delivers each seq once, and reads an event redacted before it
+    /// got to it as the tombstone.
     fn concerns(&self, notice: &Notice) -> bool {
         notice.user_id == self.key.user_id.as_str()
             && notice.session_id == self.key.session_id.as_str()
-            && (notice.kind != 'e' || notice.seq > self.read_upto)
+            && (!matches!(notice.kind, 'e' | 't') || notice.seq > self.read_upto)
     }
 
     /// Reads a page after `read_upto` into `queued`, or decides how the feed
@@ -772,6 +781,7 @@ impl AppWatch {
             'c' => AppNotice::SessionCreated { key },
             'x' => AppNotice::SessionClosed { key },
             'r' => AppNotice::SessionRewound { key, seq },
+            't' => AppNotice::EventRedacted { key, seq },
             _ => AppNotice::SessionDeleted { key },
         })
     }

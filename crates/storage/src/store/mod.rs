@@ -9,8 +9,9 @@
 //!
 //! One file per resource, each an `impl PgSessionStore` block with that
 //! resource's operations: `sessions` (create, get, list, delete, find,
-//! metadata, rollover), `events` (append, rewind), `fork`, `erase` (a
-//! user's data) and [`feed`] (the live change feed). This file holds the
+//! metadata, rollover), `events` (append, rewind), `fork`, `redact` (one
+//! event's tombstone), `erase` (a user's data) and [`feed`] (the live
+//! change feed). This file holds the
 //! store itself and the `SessionStore` face; the operations call one
 //! another directly, never through the `SessionStore` methods, so a
 //! caller's call is one span and one measurement however many statements
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 use adk_postgres_domain::state::state_from_value;
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, Session, SessionId,
-    SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
+    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
+    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use async_trait::async_trait;
 use diesel::data_types::PgInterval;
@@ -38,6 +39,7 @@ mod events;
 pub mod feed;
 mod fork;
 pub(crate) mod media;
+mod redact;
 mod sessions;
 
 pub use crate::pool::CheckoutObserver;
@@ -110,7 +112,7 @@ pub(crate) fn only_row<T>(rows: Vec<T>, function: &str) -> Result<T, StoreError>
     single(rows).ok_or_else(|| StoreError::Database { message: format!("{function} returned no row") })
 }
 
-fn version(seq: i64) -> u64 {
+pub(crate) fn version(seq: i64) -> u64 {
     u64::try_from(seq).unwrap_or_default()
 }
 
@@ -287,6 +289,18 @@ impl SessionStore for PgSessionStore {
     async fn fork(&self, key: &SessionKey, at_seq: u64, new_id: Option<String>) -> Result<Session, StoreError> {
         Observation::new(Operation::Fork, Some(&key.app_name))
             .run(self.bounded(self.fork_session(key, at_seq, new_id)))
+            .await
+    }
+
+    async fn redact_event(
+        &self,
+        key: &SessionKey,
+        event_id: &str,
+        reason: &str,
+        options: RedactOptions,
+    ) -> Result<Redacted, StoreError> {
+        Observation::new(Operation::RedactEvent, Some(&key.app_name))
+            .run(self.bounded(self.redact_stored_event(key, event_id, reason, options)))
             .await
     }
 }
