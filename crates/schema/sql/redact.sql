@@ -147,7 +147,7 @@ BEGIN
     FOR r IN SELECT DISTINCT a.grantee::regrole
                FROM pg_catalog.pg_proc p
               CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-              WHERE p.oid = 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval)'::regprocedure
+              WHERE p.oid = 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])'::regprocedure
                 AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0 LOOP
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION adk_redact_event(text, text, text, text, text, text, boolean) TO %s', r);

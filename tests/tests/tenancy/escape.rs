@@ -50,6 +50,7 @@ use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
 use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
 use adk_postgres_storage::{PgSessionStore, PoolConfig, TenantScope};
 use adk_postgres_testing::{TestDatabase, test_database};
+use adk_postgres_tests::conformance::{image_event, media_bytes};
 use adk_postgres_tests::pg::{self, client, store, with_delta};
 use serde_json::json;
 use tokio_postgres::Client;
@@ -235,7 +236,12 @@ async fn world() -> World {
         for delta in
             [json!({"user:plan": name, "app:motd": name, "topic": name}), json!({"topic": format!("{name}-2")})]
         {
-            owner_store.append(&key, with_delta(delta), AppendOptions::default()).await.expect("append");
+            let mut event = with_delta(delta);
+            if event.actions.state_delta.len() == 1 {
+                // The second event carries an image, stored apart as a blob.
+                event.content = image_event(&app_image(name)).content;
+            }
+            owner_store.append(&key, event, AppendOptions::default()).await.expect("append");
         }
         keys.push(key);
     }
@@ -869,9 +875,21 @@ async fn writing_the_tables_directly(at: &mut Attempts) {
 // ---------------------------------------------------------------------------
 // 5. every store function, with a foreign app, in raw SQL
 
+/// The image each app's second event carries (a blob of its own).
+fn app_image(app: &str) -> Vec<u8> {
+    media_bytes(70_000, if app == "alpha" { 1 } else { 2 })
+}
+
+/// `adk_get_blobs` of alpha's session for alpha's image, with tenant `t`.
+fn alpha_blob_read(t: &str) -> String {
+    let hash = adk_postgres_domain::blob::hex(&adk_postgres_domain::Blob::new(app_image("alpha")).sha256);
+    format!("SELECT count(*) FROM adk_get_blobs({t}, 'alpha', 'u1', 'alpha-session', ARRAY['\\x{hash}'::bytea])")
+}
+
 /// Reads of alpha's session with tenant `t` (an SQL literal).
 fn foreign_reads(t: &str) -> Vec<(&'static str, String)> {
     vec![
+        ("adk_get_blobs", alpha_blob_read(t)),
         (
             "adk_get_session",
             format!("SELECT count(*) FROM adk_get_session({t}, 'alpha', 'u1', 'alpha-session', NULL, NULL)"),
@@ -951,8 +969,16 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
         at.refused_for(&format!("role B, adk.app_name forged to alpha: {function} of alpha"), &b, "alpha", &statement)
             .await;
     }
+    // Role A, bound to alpha, reads the same blob: the reads above could
+    // have found it.
+    let a = client(&w.a.url).await;
+    assert_eq!(must_count(&a, &alpha_blob_read("'alpha'")).await, 1, "role A reads alpha's media");
     // The helpers the functions use are not callable at all.
     let helpers = [
+        "SELECT adk_hold_blobs('alpha', ARRAY['\\x00'::bytea])",
+        "SELECT adk_hold_copied_blobs('alpha', 'u1', 'alpha-session', current_date)",
+        "SELECT adk_release_blob_refs('alpha', ARRAY['\\x00'::bytea])",
+        "SELECT adk_blob_hashes(ARRAY['\\x00'::bytea])",
         "SELECT adk_tenant_allows('alpha', 'alpha')",
         "SELECT adk_tenant_require('alpha', 'alpha')",
         "SELECT adk_acting_role()",
