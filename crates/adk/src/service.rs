@@ -155,6 +155,22 @@ impl PgSessionService {
         let forked = self.store.fork(&key, position as u64 + 1, new_session_id).await.map_err(to_adk_error)?;
         self.loaded(forked)
     }
+
+    /// Replaces one event's content, and any other text it carries, with a
+    /// tombstone recording `reason` and the time, keeping the conversation
+    /// (the store's `redact_event`). A missing event is
+    /// `session.event_not_found`. Not part of adk's trait, so reached here.
+    pub async fn redact_event(
+        &self,
+        identity: &adk_core::AdkIdentity,
+        event_id: &str,
+        reason: &str,
+        options: adk_postgres_domain::RedactOptions,
+    ) -> Result<()> {
+        let key = key_of(identity.app_name.as_ref(), identity.user_id.as_ref(), identity.session_id.as_ref())?;
+        self.store.redact_event(&key, event_id, reason, options).await.map_err(to_adk_error)?;
+        Ok(())
+    }
 }
 
 fn key_of(app_name: &str, user_id: &str, session_id: &str) -> Result<SessionKey> {

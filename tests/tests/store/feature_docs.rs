@@ -7,20 +7,21 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::{AppName, Event, RedactOptions, SessionStore, StoreError, UserId};
-use adk_postgres_storage::{AppNotice, EraseOptions, PgSessionStore};
+use adk_postgres_domain::{AppName, Event, RedactOptions, SessionStore, StoreConfig, StoreError, UserId};
+use adk_postgres_storage::{AppNotice, EraseOptions, PgSessionStore, PoolConfig};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, store};
 use chrono::{TimeDelta, Utc};
 
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
-const FEATURE_PAGES: [(&str, &str, usize); 5] = [
+const FEATURE_PAGES: [(&str, &str, usize); 6] = [
     ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
     ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
     ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
     ("docs/features/erasing-a-user.md", include_str!("../../../docs/features/erasing-a-user.md"), 1),
     ("docs/features/redacting-an-event.md", include_str!("../../../docs/features/redacting-an-event.md"), 1),
+    ("docs/features/media.md", include_str!("../../../docs/features/media.md"), 1),
 ];
 const THIS_FILE: &str = include_str!("feature_docs.rs");
 
@@ -120,6 +121,34 @@ async fn redacting_an_event() -> anyhow::Result<()> {
     let read = store.get(&key, Default::default()).await?;
     assert_eq!(read.events[0], done.event);
     assert!(!serde_json::to_string(&read.events[0])?.contains("4111"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn media_out_of_the_log() -> anyhow::Result<()> {
+    let db = test_database().await;
+    let database_url = db.url().to_owned();
+    let (app, user) = names();
+    let png_bytes = adk_postgres_tests::conformance::media_bytes(300_000, 7);
+    let key = adk_postgres_tests::pg::new_session(&store(db.url()).await, app.as_str(), user.as_str()).await;
+
+    let config = StoreConfig { media_offload_bytes: Some(256 * 1024), ..StoreConfig::default() };
+    let store = PgSessionStore::connect(&database_url, &PoolConfig::default(), config).await?;
+
+    let mut event = Event::new("user");
+    event.content = Some(serde_json::json!({"role": "user", "parts": [
+        {"text": "what is in this picture?"},
+        {"mime_type": "image/png", "data": png_bytes},
+    ]}));
+    store.append(&key, event.clone(), Default::default()).await?;
+
+    // Read back as it was sent; the bytes were stored once, apart from the event.
+    let read = store.get(&key, Default::default()).await?;
+    assert_eq!(read.events[0].content, event.content);
+
+    let stored: i64 =
+        client(db.url()).await.query_one("SELECT sum(length(data))::bigint FROM adk_blobs", &[]).await?.get(0);
+    assert_eq!(stored, 300_000, "stored apart, as raw bytes");
     Ok(())
 }
 

@@ -215,3 +215,25 @@ async fn fork_starts_a_new_session_from_the_history_up_to_an_event() {
     let err = svc.fork(&identity("a", "u", "s"), &kept[0].id, Some("f".into())).await.err().unwrap();
     assert_eq!(err.code, codes::ALREADY_EXISTS);
 }
+
+#[tokio::test]
+async fn redact_event_through_the_adapter_leaves_a_tombstone_adk_reads() {
+    let db = test_database().await;
+    let svc = PgSessionService::connect(db.url()).await.unwrap();
+    svc.create(create_request("app", "u", Some("s"), json!({}))).await.unwrap();
+    let mut pasted = event("user", json!({"kept": 1}));
+    pasted.llm_response.content = Some(Content::new("user").with_text("my card is 4111 1111"));
+    let id = pasted.id.clone();
+    append(&svc, "app", "u", "s", pasted).await.unwrap();
+
+    svc.redact_event(&identity("app", "u", "s"), &id, "a card number", Default::default()).await.unwrap();
+    let read = svc.get(get_request("app", "u", "s")).await.unwrap();
+    let events = read.events().all();
+    let text = serde_json::to_string(&events[0].llm_response.content).unwrap();
+    assert!(!text.contains("4111") && text.contains("[redacted]"), "{text}");
+    assert_eq!(read.state().get("kept"), Some(json!(1)), "the state delta stays by default");
+
+    let missing = svc.redact_event(&identity("app", "u", "s"), "no-such-event", "x", Default::default()).await;
+    let error = missing.expect_err("a missing event");
+    assert!(error.to_string().contains("no-such-event") || format!("{error:?}").contains("event"), "{error:?}");
+}
