@@ -251,17 +251,4 @@ REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_us
 -- The append gained its last argument in migration 26, which dropped the
 -- fourteen-argument one and its grants with it: the roles that may read the
 -- store's sessions may append to them again.
-DO $$
-DECLARE
-    grantee name;
-BEGIN
-    FOR grantee IN
-        SELECT r.rolname
-          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE p.oid = 'adk_get_session(text, text, text, text, bigint, bigint)'::regprocedure
-           AND a.privilege_type = 'EXECUTE' AND r.oid <> p.proowner
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[]) TO %I', grantee);
-    END LOOP;
-END $$;
+SELECT adk_grant_like('adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])', 'adk_get_session(text, text, text, text, bigint, bigint)');

@@ -137,19 +137,5 @@ BEGIN
     END IF;
 END $$;
 
--- A store that upgrades keeps working as the roles it runs as: a role that
--- may read sessions may read their media.
-DO $$
-DECLARE
-    grantee name;
-BEGIN
-    FOR grantee IN
-        SELECT r.rolname
-          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE p.oid = 'adk_get_session(text, text, text, text, bigint, bigint)'::regprocedure
-           AND a.privilege_type = 'EXECUTE' AND r.oid <> p.proowner
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION adk_get_blobs(text, text, text, text, bytea[]) TO %I', grantee);
-    END LOOP;
-END $$;
+-- A role that may read sessions may read their media.
+SELECT adk_grant_like('adk_get_blobs(text, text, text, text, bytea[])', 'adk_get_session(text, text, text, text, bigint, bigint)');

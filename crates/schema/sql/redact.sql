@@ -137,20 +137,6 @@ END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_redact_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_reason text, p_state_delta boolean) FROM PUBLIC;
 
--- A function first made by this file starts without the service roles'
--- grants: every role that may append may redact, without re-running its
--- setup (adk-pg service-role grants it too).
-DO $$
-DECLARE
-    r regrole;
-BEGIN
-    FOR r IN SELECT DISTINCT a.grantee::regrole
-               FROM pg_catalog.pg_proc p
-              CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-              WHERE p.oid = 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])'::regprocedure
-                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0 LOOP
-        EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION adk_redact_event(text, text, text, text, text, text, boolean) TO %s', r);
-    END LOOP;
-END;
-$$;
+-- Every role that may append may redact, without re-running its setup
+-- (adk-pg service-role grants it too).
+SELECT adk_grant_like('adk_redact_event(text, text, text, text, text, text, boolean)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])');

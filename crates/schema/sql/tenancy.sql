@@ -150,3 +150,25 @@ BEGIN
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_role_apps_log() FROM PUBLIC;
+
+-- A function the files make, or make anew with another signature, starts
+-- without the service roles' grants: this gives it to every role (other
+-- than the owner) that may run `p_like`, so an upgraded store keeps working
+-- as the roles it runs as without re-running their setup.
+CREATE OR REPLACE FUNCTION adk_grant_like(p_function regprocedure, p_like regprocedure) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $$
+DECLARE
+    r regrole;
+BEGIN
+    FOR r IN SELECT DISTINCT a.grantee::regrole
+               FROM pg_catalog.pg_proc p
+              CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+              WHERE p.oid = p_like
+                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0 LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', p_function, r);
+    END LOOP;
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_grant_like(p_function regprocedure, p_like regprocedure) FROM PUBLIC;

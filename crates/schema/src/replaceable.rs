@@ -121,8 +121,12 @@ pub fn stated_functions() -> Vec<&'static str> {
 /// the last `down.sql` has run.
 ///
 /// [`revert_all_migrations`]: crate::migrations::revert_all_migrations
-pub const FILES_ONLY: &[&str] =
-    &["adk_on_citus()", "adk_usage_bytes(jsonb)", "adk_redact_event(text,text,text,text,text,text,boolean)"];
+pub const FILES_ONLY: &[&str] = &[
+    "adk_on_citus()",
+    "adk_usage_bytes(jsonb)",
+    "adk_redact_event(text,text,text,text,text,text,boolean)",
+    "adk_grant_like(regprocedure,regprocedure)",
+];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.
 pub(crate) fn drop_files_only(conn: &mut Wrapper) -> Result<(), MigrationError> {

@@ -979,6 +979,7 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
         "SELECT adk_hold_copied_blobs('alpha', 'u1', 'alpha-session', current_date)",
         "SELECT adk_release_blob_refs('alpha', ARRAY['\\x00'::bytea])",
         "SELECT adk_blob_hashes(ARRAY['\\x00'::bytea])",
+        "SELECT adk_grant_like('adk_get_blobs(text, text, text, text, bytea[])', 'adk_get_session(text, text, text, text, bigint, bigint)')",
         "SELECT adk_tenant_allows('alpha', 'alpha')",
         "SELECT adk_tenant_require('alpha', 'alpha')",
         "SELECT adk_acting_role()",
