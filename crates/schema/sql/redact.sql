@@ -127,10 +127,14 @@ BEGIN
                                       redacted_at, redacted_by)
     VALUES (p_app_name, p_user_id, p_session_id, p_event_id, ev.seq, p_reason, strip, at, adk_acting_role_name());
     -- Ids and the seq only, never content, as every notice of the feed; sent
-    -- only while the feed is on, as its triggers are.
-    IF adk_change_feed_enabled() THEN
-        PERFORM pg_catalog.pg_notify(adk_feed_channel(p_app_name),
-                                     pg_catalog.json_build_array('t', p_user_id, p_session_id, ev.seq)::text);
+    -- only while the feed is on, as its triggers are. On Citus this runs on
+    -- the user's worker, which has neither the feed's switch nor its
+    -- listeners (docs/citus.md): no notice.
+    IF NOT adk_on_citus() THEN
+        IF adk_change_feed_enabled() THEN
+            PERFORM pg_catalog.pg_notify(adk_feed_channel(p_app_name),
+                                         pg_catalog.json_build_array('t', p_user_id, p_session_id, ev.seq)::text);
+        END IF;
     END IF;
     RETURN QUERY SELECT 'redacted'::text, ev.seq, tombstone;
 END;

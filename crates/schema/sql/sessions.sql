@@ -503,8 +503,11 @@ BEGIN
      WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
        AND e.session_day = s.session_day AND e.seq <= p_at_seq;
     -- The copies name the same media: each is one more reference to it, so
-    -- deleting the original leaves the fork's media in place.
-    PERFORM adk_hold_copied_blobs(p_app_name, p_user_id, p_new_id, born.session_day);
+    -- deleting the original leaves the fork's media in place. (Citus stores
+    -- no media apart, and its workers have no adk_blobs.)
+    IF NOT adk_on_citus() THEN
+        PERFORM adk_hold_copied_blobs(p_app_name, p_user_id, p_new_id, born.session_day);
+    END IF;
 
     RETURN QUERY SELECT 'forked'::text, p_at_seq;
 END;

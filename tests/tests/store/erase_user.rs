@@ -508,6 +508,27 @@ async fn an_erasure_dropped_between_batches_then_expired_is_finished_by_running_
         }
         // The store goes with the future it ran.
     }
+    // A batch the dropped future had queued is still sent by the
+    // connection's task, which drains its queue before it closes: on a busy
+    // machine it ran after the expiry below, found nothing left and
+    // finished the erasure. Wait until the dropped store's connections are
+    // gone, as an operator's rerun would come after the process died.
+    let mut waited = 0;
+    while sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND backend_type = 'client backend'",
+            &[],
+        )
+        .await
+        .expect("backends")
+        .get::<_, i64>(0)
+        > 0
+    {
+        assert!(waited < 600, "the dropped store's connections stayed open");
+        waited += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let records = audit_records(&sql).await;
     assert_eq!(records[0]["status"], "running");
     // The expiry job takes the hidden sessions whole, as any expired

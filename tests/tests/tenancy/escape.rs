@@ -237,7 +237,8 @@ async fn world() -> World {
             [json!({"user:plan": name, "app:motd": name, "topic": name}), json!({"topic": format!("{name}-2")})]
         {
             let mut event = with_delta(delta);
-            if event.actions.state_delta.len() == 1 {
+            // Citus refuses media stored apart (docs/features/media.md).
+            if event.actions.state_delta.len() == 1 && db.worker_urls().is_empty() {
                 // The second event carries an image, stored apart as a blob.
                 event.content = image_event(&app_image(name)).content;
             }
@@ -971,8 +972,10 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
     }
     // Role A, bound to alpha, reads the same blob: the reads above could
     // have found it.
-    let a = client(&w.a.url).await;
-    assert_eq!(must_count(&a, &alpha_blob_read("'alpha'")).await, 1, "role A reads alpha's media");
+    if w.db.worker_urls().is_empty() {
+        let a = client(&w.a.url).await;
+        assert_eq!(must_count(&a, &alpha_blob_read("'alpha'")).await, 1, "role A reads alpha's media");
+    }
     // The helpers the functions use are not callable at all.
     let helpers = [
         "SELECT adk_hold_blobs('alpha', ARRAY['\\x00'::bytea])",
