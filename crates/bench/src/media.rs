@@ -121,7 +121,9 @@ pub struct LegFigures {
     pub on_disk_bytes_per_session: f64,
     /// Peak resident memory of the bench process during the leg's gets, over
     /// what it held before them (`VmHWM` reset first; `None` where Linux
-    /// does not allow the reset).
+    /// does not allow the reset). A lower bound of what the gets need:
+    /// memory an earlier leg freed and the allocator kept is reused without
+    /// showing, so a leg run after a hungrier one can read near zero.
     pub get_peak_rss_growth_bytes: Option<u64>,
     /// Against the scenario's baseline leg of the same run.
     pub vs_baseline: Option<VsBaseline>,
@@ -674,7 +676,8 @@ impl std::fmt::Display for MediaReport {
             f,
             "Media through the adk trait (Part::InlineData, pseudo-random bytes; {} session(s) per leg, {} timed \
              gets each; log: stored size of the events' JSON; on disk: event tables and adk_blobs with TOAST and \
-             indexes; get RSS+: peak memory of the bench process over the gets):",
+             indexes; get RSS+: growth of the bench process's peak memory over the gets, a lower bound since \
+             memory an earlier leg freed is reused unseen):",
             self.plan.rounds, self.plan.gets
         )?;
         write!(f, "{}", self.large)?;
