@@ -18,6 +18,7 @@ mod feed;
 mod floor;
 mod labels;
 mod measure;
+mod media;
 mod ops;
 mod pgstat;
 mod protocol;
@@ -54,6 +55,11 @@ struct Args {
     /// (`cargo xtask citus bench`); JSON in OUT_DIR/citus.json.
     #[arg(long)]
     citus: bool,
+    /// Instead: only the media section (16 images of 1 MB in a session,
+    /// against media inline and adk-session; one image in 100 sessions);
+    /// JSON in OUT_DIR/media.json (media-quick.json with --quick).
+    #[arg(long, conflicts_with = "citus")]
+    media: bool,
 }
 
 fn main() -> ExitCode {
@@ -75,6 +81,16 @@ fn main() -> ExitCode {
         if args.citus {
             let plan = if args.quick { citus::CitusPlan::quick() } else { citus::CitusPlan::full() };
             return citus::run(plan, &out_dir).await;
+        }
+        if args.media {
+            let quick = options.plan.quick;
+            let report = run::run_media(options).await?;
+            println!("{report}");
+            std::fs::create_dir_all(&out_dir)?;
+            let file = out_dir.join(if quick { "media-quick.json" } else { "media.json" });
+            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
+            println!("JSON: {}", file.display());
+            return Ok(file);
         }
         let report = run::run(options).await?;
         run::write_outputs(&report, &out_dir)

@@ -36,7 +36,7 @@ use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
-use crate::{erase, feed, labels};
+use crate::{erase, feed, labels, media};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -70,7 +70,7 @@ struct Bench {
     notes: Vec<String>,
 }
 
-fn log(message: impl AsRef<str>) {
+pub(crate) fn log(message: impl AsRef<str>) {
     eprintln!("bench: {}", message.as_ref());
 }
 
@@ -207,9 +207,14 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let tls = bench.tls_leg(today).await?;
     let round_trips = bench.round_trips(&coordinates).await?;
     let crowd = bench.crowd().await?;
+    // Read before the media section, which holds sessions of 16 MB of
+    // images in memory (and resets the peak to measure its own gets).
+    let peak_rss_bytes = peak_rss_bytes();
+    // Last: its hundreds of megabytes of WAL would otherwise bring
+    // checkpoints into the other workloads.
+    let media = media::measure(&bench.server, today, bench.plan.media()).await?;
 
     let measured = bench.measured();
-    let peak_rss_bytes = peak_rss_bytes();
     let report = Report {
         plan: bench.plan.clone(),
         machine: report::Machine { load_average_start: load_at_start, ..report::Machine::detect() },
@@ -226,6 +231,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         erase,
         labels,
         feed,
+        media,
         peak_rss_bytes,
         notes: bench.notes.clone(),
         elapsed_secs: started.elapsed().as_secs_f64(),
@@ -241,7 +247,19 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
+/// Only the media section, on a server of its own (`--media`).
+pub async fn run_media(options: Options) -> anyhow::Result<media::MediaReport> {
+    let server = match &options.database_url {
+        Some(url) => Server::existing(url).await?,
+        None => {
+            log("starting a throwaway cluster with durable settings");
+            Server::throwaway().await?
+        }
+    };
+    media::measure(&server, Utc::now().date_naive(), options.plan.media()).await
+}
+
+pub(crate) async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {
     adk_postgres_schema::run_pending_migrations(url).await.context("migrating")?;
     // Premake today and the week ahead, as `adk-pg maintain` does.
     run_maintenance(url, today, &MaintenanceConfig::default()).await.context("premaking partitions")?;

@@ -70,6 +70,13 @@ pub struct Plan {
     /// `small_reads` and `big_reads` times per round.
     pub tls_rounds: usize,
     pub tls_append_sessions: usize,
+    /// Sessions of 16 images each leg of the media section appends (one a
+    /// round), and whole-session gets timed per leg and round.
+    pub media_rounds: usize,
+    pub media_gets: usize,
+    /// Sessions adk-session stores the shared image in (ours always 100):
+    /// each costs it a full copy, so fewer are linear to scale.
+    pub media_peer_dedup_sessions: usize,
 }
 
 impl Plan {
@@ -98,6 +105,9 @@ impl Plan {
             feed_appends_per_writer: 500,
             tls_rounds: 8,
             tls_append_sessions: 10,
+            media_rounds: 3,
+            media_gets: 5,
+            media_peer_dedup_sessions: 100,
         }
     }
 
@@ -127,6 +137,10 @@ impl Plan {
             feed_appends_per_writer: 100,
             tls_rounds: 2,
             tls_append_sessions: 2,
+            // The 16 images of 1 MB even here: fewer repetitions instead.
+            media_rounds: 1,
+            media_gets: 3,
+            media_peer_dedup_sessions: 20,
         }
     }
 
@@ -141,6 +155,14 @@ impl Plan {
 
     pub fn creates_per_round(&self) -> usize {
         self.creates / self.create_rounds
+    }
+
+    pub fn media(&self) -> crate::media::MediaPlan {
+        crate::media::MediaPlan {
+            rounds: self.media_rounds,
+            gets: self.media_gets,
+            peer_dedup_sessions: self.media_peer_dedup_sessions,
+        }
     }
 
     pub fn retention_events(&self) -> usize {
