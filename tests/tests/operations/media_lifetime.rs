@@ -150,6 +150,13 @@ async fn retiring_a_day_releases_its_media_and_drops_the_rest() {
     }
     sql.batch_execute("UPDATE adk_store_policy SET retention = interval '30 days'").await.expect("default again");
     sql.batch_execute("VACUUM (FREEZE, ANALYZE) adk_events, adk_sessions, adk_blobs").await.expect("settle");
+    // Throwaway clusters write no full-page images; a production server
+    // does, and they are most of what a delete after a checkpoint logs.
+    sql.batch_execute("ALTER SYSTEM SET full_page_writes = on").await.expect("full-page writes");
+    sql.batch_execute("SELECT pg_reload_conf()").await.expect("reload");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fpw: String = sql.query_one("SHOW full_page_writes", &[]).await.expect("show").get(0);
+    assert_eq!(fpw, "on");
     sql.batch_execute("CHECKPOINT").await.expect("checkpoint");
     tokio::time::sleep(Duration::from_millis(100)).await;
 
