@@ -472,8 +472,12 @@ async fn watch_app_reports_sessions_and_events_of_its_app_only() {
     append(&store, &elsewhere, "not this app").await;
 
     let key = new_session(&store, "app", "u1").await;
-    append(&store, &key, "one").await;
+    let (_, first) = append(&store, &key, "one").await;
     append(&store, &key, "two").await;
+    // A redaction is said once: the second call changes nothing, and says nothing.
+    for _ in 0..2 {
+        store.redact_event(&key, &first, "pasted a secret", Default::default()).await.expect("redact");
+    }
     let successor = store.rollover(&key, None, event("summary")).await.expect("rollover").key;
     store.rewind(&successor, 0, None).await.expect("rewind");
     store.delete(&successor).await.expect("delete");
@@ -482,6 +486,7 @@ async fn watch_app_reports_sessions_and_events_of_its_app_only() {
         AppNotice::SessionCreated { key: key.clone() },
         AppNotice::EventAppended { key: key.clone(), seq: 1 },
         AppNotice::EventAppended { key: key.clone(), seq: 2 },
+        AppNotice::EventRedacted { key: key.clone(), seq: 1 },
         // One transaction, in the order it wrote.
         AppNotice::SessionCreated { key: successor.clone() },
         AppNotice::EventAppended { key: successor.clone(), seq: 1 },
