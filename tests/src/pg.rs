@@ -171,3 +171,46 @@ pub async fn lock_waiter(sql: &Client, matching: &str) -> i32 {
     }
     panic!("no backend matching {matching} waited on a lock");
 }
+
+/// The cluster's WAL insert position, for measuring what a step writes.
+pub async fn wal_lsn(sql: &Client) -> String {
+    sql.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.expect("lsn").get(0)
+}
+
+/// Bytes of WAL written since `from` (a [`wal_lsn`]).
+pub async fn wal_since(sql: &Client, from: &str) -> i64 {
+    sql.query_one("SELECT (pg_current_wal_insert_lsn() - $1::text::pg_lsn)::bigint", &[&from])
+        .await
+        .expect("wal")
+        .get(0)
+}
+
+/// (blob rows, their bytes, the sum of their references) of `app`, or of
+/// every app when `app` is `None`.
+pub async fn blobs(sql: &Client, app: Option<&str>) -> (i64, i64, i64) {
+    let row = sql
+        .query_one(
+            "SELECT count(*), coalesce(sum(length(data)), 0)::bigint, coalesce(sum(refs), 0)::bigint
+               FROM adk_blobs WHERE $1::text IS NULL OR app_name = $1",
+            &[&app],
+        )
+        .await
+        .expect("blobs");
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// Every blob's count equals the events naming it, and none is unnamed.
+pub async fn assert_counts_match_references(sql: &Client) {
+    let wrong: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM adk_blobs b
+               FULL JOIN (SELECT e.app_name, h, count(*) AS n FROM adk_events e, unnest(e.blob_refs) h
+                           GROUP BY e.app_name, h) r ON r.app_name = b.app_name AND r.h = b.sha256
+              WHERE b.refs IS DISTINCT FROM r.n",
+            &[],
+        )
+        .await
+        .expect("compare")
+        .get(0);
+    assert_eq!(wrong, 0, "a blob's count differs from the events naming it, or a blob is orphaned or missing");
+}

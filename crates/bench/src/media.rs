@@ -27,6 +27,7 @@ use adk_core::{Content, Part};
 use adk_postgres_adk::PgSessionService;
 use adk_postgres_domain::StoreConfig;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
+use adk_postgres_testing::media_bytes;
 use adk_session::{AppendEventRequest, CreateRequest, Event, GetRequest, SessionService};
 use anyhow::{Context as _, anyhow, bail, ensure};
 use chrono::NaiveDate;
@@ -183,20 +184,6 @@ pub struct MediaReport {
     pub small: SessionScenario,
     pub dedup: DedupScenario,
     pub elapsed_secs: f64,
-}
-
-/// `len` pseudo-random bytes (xorshift), distinct for each `seed`.
-fn image(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut bytes = Vec::with_capacity(len + 8);
-    while bytes.len() < len {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        bytes.extend_from_slice(&state.to_le_bytes());
-    }
-    bytes.truncate(len);
-    bytes
 }
 
 fn image_event(n: usize, picture: Vec<u8>) -> Event {
@@ -412,7 +399,8 @@ async fn session_scenario(
         ));
         let (user, session) = (format!("media-u-{round}"), format!("media-{round}"));
         // Each round its own images, so no leg deduplicates across rounds.
-        let images: Vec<Vec<u8>> = (0..IMAGES).map(|n| image(image_bytes, (round * IMAGES + n) as u64 + 1)).collect();
+        let images: Vec<Vec<u8>> =
+            (0..IMAGES).map(|n| media_bytes(image_bytes, (round * IMAGES + n) as u64 + 1)).collect();
         for (target, tally) in targets.iter().zip(tallies.iter_mut()) {
             target.create(&user, &session).await?;
             let mut sample = Sample::default();
@@ -528,7 +516,7 @@ fn versus(leg: &LegFigures, base: &LegFigures) -> VsBaseline {
 async fn dedup_scenario(server: &Server, today: NaiveDate, plan: MediaPlan) -> anyhow::Result<DedupScenario> {
     const NAME: &str = "dedup";
     let legs = [Leg::Ours, Leg::AdkSession];
-    let picture = image(LARGE_IMAGE_BYTES, 0xd0d0);
+    let picture = media_bytes(LARGE_IMAGE_BYTES, 0xd0d0);
     let mut result = Vec::new();
     for leg in legs {
         let sessions = if leg == Leg::AdkSession { plan.peer_dedup_sessions.max(1) } else { DEDUP_SESSIONS };
@@ -723,10 +711,10 @@ mod tests {
 
     #[test]
     fn images_are_distinct_and_of_the_size_asked() {
-        let (a, b) = (image(1_000_001, 1), image(1_000_001, 2));
+        let (a, b) = (media_bytes(1_000_001, 1), media_bytes(1_000_001, 2));
         assert_eq!(a.len(), 1_000_001);
         assert_ne!(a, b);
-        assert_eq!(a, image(1_000_001, 1));
+        assert_eq!(a, media_bytes(1_000_001, 1));
         let event = image_event(0, a.clone());
         assert_eq!(image_of(&event), Some(a.as_slice()));
         // adk writes the bytes as numbers: several characters a byte.

@@ -44,6 +44,7 @@ mod container;
 mod contract;
 mod database;
 mod error;
+mod media;
 mod pgbouncer;
 mod source;
 mod standby;
@@ -60,6 +61,7 @@ pub use cluster::{
 };
 pub use database::{TestDatabase, empty_database, test_database, test_database_on};
 pub use error::HarnessError;
+pub use media::media_bytes;
 pub use pgbouncer::{PgBouncer, PgBouncerConfig, PoolMode};
 pub use source::TEST_URL_VAR;
 pub use standby::{ReplicatedPair, STANDBY_NAME};

@@ -9,18 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// `len` bytes that differ with `seed`, as an image would.
-pub fn media_bytes(len: usize, seed: u8) -> Vec<u8> {
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state.to_le_bytes()[0]
-        })
-        .collect()
-}
+pub use adk_postgres_testing::media_bytes;
 
 /// An event carrying `image` as adk-rust writes `Part::InlineData` (a JSON
 /// array of numbers), with a caption.

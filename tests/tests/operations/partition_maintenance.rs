@@ -12,7 +12,7 @@ use adk_postgres_retention::{
 };
 use adk_postgres_storage::set_policy;
 use adk_postgres_testing::{Cluster, start_throwaway_cluster, test_database, test_database_on};
-use adk_postgres_tests::pg::{client, diesel, new_session, store, store_with};
+use adk_postgres_tests::pg::{client, diesel, new_session, store, store_with, wal_lsn, wal_since};
 use chrono::{Days, NaiveDate, Utc};
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -167,17 +167,6 @@ async fn drops_exactly_the_days_past_lifetime_and_retention() {
 
     let second = run_maintenance(db.url(), today, &config).await.expect("second run");
     assert!(second.dropped.is_empty() && second.created.is_empty() && second.sessions_deleted == 0, "{second:?}");
-}
-
-async fn wal_lsn(sql: &Client) -> String {
-    sql.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.expect("lsn").get(0)
-}
-
-async fn wal_since(sql: &Client, from: &str) -> i64 {
-    sql.query_one("SELECT (pg_current_wal_insert_lsn() - $1::text::pg_lsn)::bigint", &[&from])
-        .await
-        .expect("wal")
-        .get(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,39 +13,11 @@ use adk_postgres_storage::TenantScope;
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::conformance::{image_event, media_bytes};
-use adk_postgres_tests::pg::{client, new_session, scoped_store, service_role, store};
+use adk_postgres_tests::pg::{
+    assert_counts_match_references, blobs, client, new_session, scoped_store, service_role, store,
+};
 use futures_util::StreamExt as _;
 use tokio::task::JoinSet;
-use tokio_postgres::Client;
-
-/// (blob rows, their bytes, the sum of their references) of `app`.
-async fn blobs(sql: &Client, app: &str) -> (i64, i64, i64) {
-    let row = sql
-        .query_one(
-            "SELECT count(*), coalesce(sum(length(data)), 0)::bigint, coalesce(sum(refs), 0)::bigint
-               FROM adk_blobs WHERE app_name = $1",
-            &[&app],
-        )
-        .await
-        .expect("blobs");
-    (row.get(0), row.get(1), row.get(2))
-}
-
-/// Every blob's count equals the events naming it, and none is unnamed.
-async fn assert_counts_match_references(sql: &Client) {
-    let wrong: i64 = sql
-        .query_one(
-            "SELECT count(*) FROM adk_blobs b
-               FULL JOIN (SELECT e.app_name, h, count(*) AS n FROM adk_events e, unnest(e.blob_refs) h
-                           GROUP BY e.app_name, h) r ON r.app_name = b.app_name AND r.h = b.sha256
-              WHERE b.refs IS DISTINCT FROM r.n",
-            &[],
-        )
-        .await
-        .expect("compare")
-        .get(0);
-    assert_eq!(wrong, 0, "a blob's count differs from the events naming it, or a blob is orphaned or missing");
-}
 
 /// An event as JSON, compared value for value: jsonb keeps no key order.
 fn as_json(event: &Event) -> serde_json::Value {
@@ -68,8 +40,8 @@ async fn an_image_is_stored_once_per_app_as_its_raw_bytes() {
     let other_app = new_session(&store, "other", "u0").await;
     store.append(&other_app, image_event(&image), AppendOptions::default()).await.expect("append");
 
-    assert_eq!(blobs(&sql, "vision").await, (1, 3_000_000, 10), "one copy for the app, named ten times");
-    assert_eq!(blobs(&sql, "other").await, (1, 3_000_000, 1), "another app keeps its own copy");
+    assert_eq!(blobs(&sql, Some("vision")).await, (1, 3_000_000, 10), "one copy for the app, named ten times");
+    assert_eq!(blobs(&sql, Some("other")).await, (1, 3_000_000, 1), "another app keeps its own copy");
     let row = sql
         .query_one(
             "SELECT pg_column_size(data)::bigint, pg_total_relation_size('adk_blobs')::bigint,
@@ -110,20 +82,20 @@ async fn delete_rewind_erase_and_fork_count_references_and_leave_no_orphan() {
     for image in [&shared, &other_own] {
         store.append(&b, image_event(image), AppendOptions::default()).await.expect("append");
     }
-    assert_eq!(blobs(&sql, "app").await, (3, 300_000, 5), "an event names a blob once; two events, twice");
+    assert_eq!(blobs(&sql, Some("app")).await, (3, 300_000, 5), "an event names a blob once; two events, twice");
 
     store.fork(&a, 2, Some("alice-fork".into())).await.expect("fork");
-    assert_eq!(blobs(&sql, "app").await.2, 7, "the fork's two copies are two more references");
+    assert_eq!(blobs(&sql, Some("app")).await.2, 7, "the fork's two copies are two more references");
     store.rewind(&a, 1, None).await.expect("rewind");
-    assert_eq!(blobs(&sql, "app").await, (3, 300_000, 5));
+    assert_eq!(blobs(&sql, Some("app")).await, (3, 300_000, 5));
     store.delete(&a).await.expect("delete");
-    assert_eq!(blobs(&sql, "app").await, (3, 300_000, 4), "the fork still names alice's own image");
+    assert_eq!(blobs(&sql, Some("app")).await, (3, 300_000, 4), "the fork still names alice's own image");
     assert_counts_match_references(&sql).await;
 
     let erased = store.erase_user(&AppName::new("app").unwrap(), &UserId::new("alice").unwrap()).await.expect("erase");
     assert_eq!(erased.sessions, 1);
     assert_eq!(
-        blobs(&sql, "app").await,
+        blobs(&sql, Some("app")).await,
         (2, 200_000, 2),
         "alice's own image left with her; the shared one is bob's too"
     );
@@ -131,7 +103,7 @@ async fn delete_rewind_erase_and_fork_count_references_and_leave_no_orphan() {
     assert_eq!(bob.events[0].content.as_ref().unwrap()["parts"][1]["data"], serde_json::json!(shared));
 
     store.delete(&b).await.expect("delete bob's session");
-    assert_eq!(blobs(&sql, "app").await, (0, 0, 0), "nothing is left once no event names it");
+    assert_eq!(blobs(&sql, Some("app")).await, (0, 0, 0), "nothing is left once no event names it");
 }
 
 /// Runs `call` until it succeeds, as long as it fails with retryable
@@ -185,7 +157,7 @@ async fn sixty_writers_sharing_images_with_deletes_racing_keep_exact_counts() {
         done.expect("writer");
     }
     // 30 sessions kept two events, each naming two images.
-    assert_eq!(blobs(&sql, "crowd").await.2, 30 * 2 * 2);
+    assert_eq!(blobs(&sql, Some("crowd")).await.2, 30 * 2 * 2);
     assert_counts_match_references(&sql).await;
 }
 
@@ -254,12 +226,12 @@ async fn redacting_an_image_removes_it_unless_another_event_names_it() {
     let private = store.append(&key, image_event(&pasted), AppendOptions::default()).await.expect("append").event;
     let first = store.append(&key, image_event(&shared), AppendOptions::default()).await.expect("append").event;
     store.append(&key, image_event(&shared), AppendOptions::default()).await.expect("append");
-    assert_eq!(blobs(&sql, "app").await, (2, 300_000, 3));
+    assert_eq!(blobs(&sql, Some("app")).await, (2, 300_000, 3));
 
     store.redact_event(&key, &private.id, "a passport scan", Default::default()).await.expect("redact");
-    assert_eq!(blobs(&sql, "app").await, (1, 150_000, 2), "the redacted image is gone from the store");
+    assert_eq!(blobs(&sql, Some("app")).await, (1, 150_000, 2), "the redacted image is gone from the store");
     store.redact_event(&key, &first.id, "duplicate", Default::default()).await.expect("redact");
-    assert_eq!(blobs(&sql, "app").await, (1, 150_000, 1), "the other event still names the shared image");
+    assert_eq!(blobs(&sql, Some("app")).await, (1, 150_000, 1), "the other event still names the shared image");
     assert_counts_match_references(&sql).await;
     let read = store.get(&key, GetOptions::default()).await.expect("get");
     assert_eq!(read.events[2].content.as_ref().expect("content")["parts"][1]["data"], serde_json::json!(shared));

@@ -6,26 +6,14 @@
 
 use adk_core::{AdkIdentity, Content, Part};
 use adk_postgres_adk::PgSessionService;
-use adk_postgres_testing::test_database;
+use adk_postgres_testing::{media_bytes, test_database};
 use adk_session::{AppendEventRequest, CreateRequest, Event, GetRequest, SessionService};
-
-fn image(len: usize) -> Vec<u8> {
-    let mut state = 0x9e37_79b9_u32;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state.to_le_bytes()[0]
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_sessions_send_one_3_mb_image_and_read_it_back_byte_for_byte() {
     let db = test_database().await;
     let svc = PgSessionService::connect(db.url()).await.expect("connect");
-    let picture = image(3_000_000);
+    let picture = media_bytes(3_000_000, 1);
     for user in 0..10 {
         let user_id = format!("u{user}");
         let session = svc
