@@ -1,14 +1,8 @@
 SET lock_timeout = '5s';
--- Made by crates/schema/sql/blobs.sql and append.sql; they go with the
--- feature. The previous release's append.sql states the fourteen-argument
--- append again when it installs.
+-- The functions blobs.sql and append.sql made are dropped once every
+-- migration is reverted (schema::replaceable::FILES_ONLY); the trigger and
+-- the fifteen-argument append go now, with what they stand on.
 DROP TRIGGER IF EXISTS adk_events_release_blobs ON adk_events;
-DROP FUNCTION IF EXISTS adk_release_blobs();
-DROP FUNCTION IF EXISTS adk_release_blob_refs(text, bytea[]);
-DROP FUNCTION IF EXISTS adk_get_blobs(text, text, text, text, bytea[]);
-DROP FUNCTION IF EXISTS adk_hold_blobs(text, bytea[]);
-DROP FUNCTION IF EXISTS adk_hold_copied_blobs(text, text, text, date);
-DROP FUNCTION IF EXISTS adk_blob_hashes(bytea[]);
 DROP FUNCTION IF EXISTS adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[]);
 ALTER TABLE adk_events DROP COLUMN blob_refs;
 DROP TABLE adk_blobs;

@@ -220,7 +220,7 @@ BEGIN
 
     -- Stored: the event holds its media now, so the blobs can be counted.
     IF hashes IS NOT NULL THEN
-        PERFORM adk_hold_blobs(p_app_name, p_blobs);
+        PERFORM adk_hold_blobs(p_app_name, hashes, p_blobs);
     END IF;
 
     IF p_user_delta IS NOT NULL AND p_user_delta <> '{}'::jsonb THEN

@@ -37,35 +37,37 @@ END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_get_blobs(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_sha256 bytea[]) FROM PUBLIC;
 
--- The hashes of an event's media, distinct and in order: its blob_refs.
--- Computed here, never taken from the client, so a reference always names
--- the bytes that were sent with it.
+-- The hash of each piece of an event's media, in the order sent: its
+-- blob_refs. Computed here, never taken from the client, so a reference
+-- always names the bytes that were sent with it; computed once per append,
+-- and handed to adk_hold_blobs with the bytes.
 CREATE OR REPLACE FUNCTION adk_blob_hashes(p_blobs bytea[]) RETURNS bytea[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN (SELECT pg_catalog.array_agg(DISTINCT pg_catalog.sha256(d) ORDER BY pg_catalog.sha256(d))
-          FROM pg_catalog.unnest(p_blobs) d);
+RETURN ARRAY(SELECT pg_catalog.sha256(u.d) FROM pg_catalog.unnest(p_blobs) WITH ORDINALITY u(d, n) ORDER BY u.n);
 REVOKE EXECUTE ON FUNCTION adk_blob_hashes(p_blobs bytea[]) FROM PUBLIC;
 
--- Adds one reference to each blob of `p_blobs` for an event just stored in
--- `p_app_name`, storing the bytes the first time. Its caller has stored the
--- event, so a blob never exists without an event that names it. Rows are
--- taken in hash order, so two appends sharing blobs lock them in the same
--- order and never deadlock on them.
-CREATE OR REPLACE FUNCTION adk_hold_blobs(p_app_name text, p_blobs bytea[]) RETURNS void
+-- Adds one reference to each blob of an event just stored in `p_app_name`
+-- (`p_hashes` from adk_blob_hashes, beside the bytes they hash), storing the
+-- bytes the first time. Its caller has stored the event, so a blob never
+-- exists without an event that names it. Each blob is counted once per
+-- event, however often the event names it. Rows are taken in hash order,
+-- so two appends sharing blobs lock them in the same order and never
+-- deadlock on them.
+CREATE OR REPLACE FUNCTION adk_hold_blobs(p_app_name text, p_hashes bytea[], p_blobs bytea[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, :"store_schema", pg_temp
 AS $$
 BEGIN
     INSERT INTO adk_blobs AS b (app_name, sha256, size, refs, data)
     SELECT p_app_name, sent.h, pg_catalog.length(sent.d), 1, sent.d
-      FROM (SELECT DISTINCT ON (pg_catalog.sha256(d)) pg_catalog.sha256(d) AS h, d
-              FROM pg_catalog.unnest(p_blobs) d
-             ORDER BY pg_catalog.sha256(d)) sent
+      FROM (SELECT DISTINCT ON (u.h) u.h, u.d
+              FROM ROWS FROM (pg_catalog.unnest(p_hashes), pg_catalog.unnest(p_blobs)) u(h, d)
+             ORDER BY u.h) sent
      ORDER BY sent.h
     ON CONFLICT (app_name, sha256) DO UPDATE SET refs = b.refs + 1;
 END;
 $$;
-REVOKE EXECUTE ON FUNCTION adk_hold_blobs(p_app_name text, p_blobs bytea[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION adk_hold_blobs(p_app_name text, p_hashes bytea[], p_blobs bytea[]) FROM PUBLIC;
 
 -- Adds a reference to each blob named by the events of `p_session_id`: the
 -- copies a fork just made of another session's events.
@@ -76,7 +78,7 @@ AS $$
 BEGIN
     UPDATE adk_blobs b
        SET refs = b.refs + c.n
-      FROM (SELECT h, pg_catalog.count(*) AS n
+      FROM (SELECT h, pg_catalog.count(DISTINCT e.seq) AS n
               FROM adk_events e, pg_catalog.unnest(e.blob_refs) h
              WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
                AND e.session_day = p_day AND e.blob_refs IS NOT NULL

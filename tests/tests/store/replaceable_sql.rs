@@ -51,10 +51,6 @@ const CHANGED_SINCE_RELEASE: &[&str] = &[
 /// service role cannot be granted them, and the install grants them to it.
 const NEW_SINCE_RELEASE: &[&str] = &["adk_redact_event", "adk_get_blobs"];
 
-/// Tables a migration after the release made: their policies and triggers
-/// are the migration's, not a change the files made.
-const TABLES_SINCE_RELEASE: &[&str] = &["adk_event_redactions", "adk_blobs"];
-
 /// Everything of the catalog the install may touch, keyed by object, with
 /// role names in place of oids so two databases compare: each function's
 /// full definition (body, SET clauses, volatility, security) and its grants,
@@ -166,33 +162,18 @@ async fn an_upgrade_from_the_released_migrations_ends_with_a_fresh_installs_cata
         .into_iter()
         .filter(|d| !CHANGED_SINCE_RELEASE.iter().any(|name| d.starts_with(&format!("function {name}("))))
         .filter(|d| before.keys().any(|key| d.starts_with(&format!("{key}:"))))
-        .filter(|d| !TABLES_SINCE_RELEASE.iter().any(|table| d.contains(&format!(" on {table}:"))))
         .collect();
     assert!(changed.is_empty(), "the files changed released functions:\n{}", changed.join("\n"));
 
     // A function the files made with no migration has no down.sql to drop
     // it: FILES_ONLY names it, and reverting every migration drops it.
-    // A feature added since the cut-over states its functions in the files
-    // too, and its own migration's down.sql drops them: those are not FILES_ONLY.
-    let dropped_by_a_later_down = dropped_by_down_migrations_after_the_cut_over();
     let mut made_by_the_files: Vec<&str> = upgraded
         .keys()
         .filter(|key| !before.contains_key(*key))
         .filter_map(|key| key.strip_prefix("function "))
-        .filter(|function| {
-            let name = function.split('(').next().unwrap_or_default();
-            !dropped_by_a_later_down.iter().any(|dropped| dropped == name)
-        })
         .collect();
     made_by_the_files.sort_unstable();
-    let mut listed: Vec<&str> = FILES_ONLY
-        .iter()
-        .copied()
-        .filter(|function| {
-            let name = function.split('(').next().unwrap_or_default();
-            !dropped_by_a_later_down.iter().any(|dropped| dropped == name)
-        })
-        .collect();
+    let mut listed = FILES_ONLY.to_vec();
     listed.sort_unstable();
     assert_eq!(made_by_the_files, listed, "functions no migration made must be listed in replaceable::FILES_ONLY");
 }
@@ -302,29 +283,6 @@ fn without_placeholders(text: &str) -> String {
     }
     kept.push_str(rest);
     kept
-}
-
-/// The functions a migration after the cut-over drops in its down.sql.
-fn dropped_by_down_migrations_after_the_cut_over() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(&root).expect("migrations/") {
-        let dir = entry.expect("entry").path();
-        let name = dir.file_name().expect("name").to_string_lossy().into_owned();
-        let version: String = name.split('_').next().unwrap_or_default().chars().filter(char::is_ascii_digit).collect();
-        if version.as_str() <= CUT_OVER {
-            continue;
-        }
-        let down = std::fs::read_to_string(dir.join("down.sql")).unwrap_or_default();
-        for statement in down.split(';') {
-            let words: Vec<&str> = statement.split_whitespace().collect();
-            if let ["DROP", "FUNCTION", rest @ ..] = words.as_slice() {
-                let target = rest.iter().find(|w| !["IF", "EXISTS"].contains(w)).copied().unwrap_or_default();
-                names.push(target.split('(').next().unwrap_or_default().to_owned());
-            }
-        }
-    }
-    names
 }
 
 #[test]

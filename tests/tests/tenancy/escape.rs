@@ -978,7 +978,7 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
     }
     // The helpers the functions use are not callable at all.
     let helpers = [
-        "SELECT adk_hold_blobs('alpha', ARRAY['\\x00'::bytea])",
+        "SELECT adk_hold_blobs('alpha', ARRAY['\\x00'::bytea], ARRAY['\\x00'::bytea])",
         "SELECT adk_hold_copied_blobs('alpha', 'u1', 'alpha-session', current_date)",
         "SELECT adk_release_blob_refs('alpha', ARRAY['\\x00'::bytea])",
         "SELECT adk_blob_hashes(ARRAY['\\x00'::bytea])",
