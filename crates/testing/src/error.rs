@@ -20,6 +20,17 @@ pub enum HarnessError {
     StartFailed { log: PathBuf, tail: String },
     #[error("{0}")]
     Setup(String),
+    /// The venv of moto and DuckDB is missing and may not be made here (CI),
+    /// or cannot be: the message says what to run or install.
+    #[error("{0}")]
+    NoPythonTools(String),
+    /// A request to a fixture's HTTP server (the S3 server) got no answer.
+    #[error("{context}: {}", with_causes(.source.as_ref()))]
+    Http {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("invalid server URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("connecting to {url}: {}", with_causes(.source))]

@@ -32,6 +32,10 @@
 //! counts round trips, and on request records the statements or the bytes
 //! clients send.
 //!
+//! [`S3Server`] is moto's S3 server for the archive tests and [`duckdb_json`]
+//! reads what they archived with DuckDB; both run from a Python venv the
+//! harness makes once (or `.ci/run` makes on CI, see [`python_tools`]).
+//!
 //! This crate is for tests and tooling (`xtask`) only: nothing the store
 //! ships may depend on it, and it knows nothing of table layout beyond the
 //! partition function the migrations provide.
@@ -46,6 +50,8 @@ mod database;
 mod error;
 mod media;
 mod pgbouncer;
+mod python_tools;
+mod s3;
 mod source;
 mod standby;
 mod tls;
@@ -63,6 +69,8 @@ pub use database::{TestDatabase, empty_database, test_database, test_database_on
 pub use error::HarnessError;
 pub use media::media_bytes;
 pub use pgbouncer::{PgBouncer, PgBouncerConfig, PoolMode};
+pub use python_tools::{PYTHON_TOOLS_VAR, PythonTools, duckdb_json, python_tools};
+pub use s3::{S3_BUCKET, S3Server};
 pub use source::TEST_URL_VAR;
 pub use standby::{ReplicatedPair, STANDBY_NAME};
 pub use tls::{ServerCert, TestPki, TlsOptions, start_throwaway_tls_cluster};
