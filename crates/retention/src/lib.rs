@@ -39,7 +39,7 @@ pub use convert::{
 pub use expiry::{ExpiryReport, expire_sessions};
 pub use health::{HealthReport, HealthThresholds, RollupHealth, health};
 pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_index, create_partitioned_index_with};
-pub use maintenance::{MaintenanceConfig, MaintenanceReport, run_maintenance};
+pub use maintenance::{ArchiveFailure, MaintenanceConfig, MaintenanceReport, run_maintenance};
 pub use policy::{
     KeptDay, PolicySummary, UsageSummary, policy_settings, retire_before, span_text, store_policy, usage_installed,
     usage_policy,

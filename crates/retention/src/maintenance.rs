@@ -44,6 +44,7 @@ use crate::RetentionError;
 use crate::lock::{Acquired, AdvisoryLock};
 use crate::partitions::{Partition, day_of_partition, days_ahead, list_orphans, list_partitions, partition_name};
 use crate::policy::{KeptDay, LiveDay, PolicySummary, live_days, retire_before, start_of, store_policy, usage_policy};
+use adk_postgres_archive::{ArchiveConfig, ArchivePolicy, DayArchived, Destination};
 use adk_postgres_operations::{LockPolicy, LockRetry, connect, ddl, events_schema, first_row, on_citus};
 
 /// Key of the advisory lock that keeps two maintenance runs apart.
@@ -58,6 +59,9 @@ pub struct MaintenanceConfig {
     pub lock_policy: LockPolicy,
     /// How long a run waits for another run to finish before skipping.
     pub wait_for_other_run: Duration,
+    /// How days are archived before they are dropped, when the store's
+    /// policy turns archiving on.
+    pub archive: ArchiveConfig,
 }
 
 impl Default for MaintenanceConfig {
@@ -66,6 +70,7 @@ impl Default for MaintenanceConfig {
             session_delete_batch: 5_000,
             lock_policy: LockPolicy::default(),
             wait_for_other_run: Duration::from_secs(600),
+            archive: ArchiveConfig::default(),
         }
     }
 }
@@ -100,6 +105,14 @@ pub struct MaintenanceReport {
     /// Events with media deleted from days about to be dropped, so that
     /// their blobs lost the reference (and went with the last one).
     pub media_events_released: u64,
+    /// The archive policy the run judged by (`archive off` when off).
+    pub archive_policy: Option<String>,
+    /// App days archived (or found archived and read back) before their
+    /// day was dropped.
+    pub archived: Vec<DayArchived>,
+    /// App days whose archive failed; their day is kept until a run
+    /// archives them.
+    pub archive_failed: Vec<ArchiveFailure>,
     /// Consecutive days after today with a partition.
     pub partitions_ahead: u32,
     /// Usage rollup partitions premade (`adk_premake_usage_partitions`).
@@ -112,6 +125,15 @@ pub struct MaintenanceReport {
     /// True when another run held the lock past `wait_for_other_run`; this
     /// run did nothing.
     pub skipped: bool,
+}
+
+/// An app's day that could not be archived; its day stays in the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArchiveFailure {
+    pub app_name: String,
+    pub day: NaiveDate,
+    pub partition: String,
+    pub error: String,
 }
 
 impl std::fmt::Display for MaintenanceReport {
@@ -132,6 +154,22 @@ impl std::fmt::Display for MaintenanceReport {
         )?;
         if let (Some(policy), Some(before)) = (&self.policy, self.retire_before) {
             write!(f, "\n  policy: {policy}; retiring days before {before}")?;
+        }
+        if !self.archived.is_empty() {
+            let events: i64 = self.archived.iter().map(|a| a.events).sum();
+            let bytes: i64 = self.archived.iter().map(|a| a.bytes).sum();
+            write!(
+                f,
+                "\n  archived: {} app day(s), {events} event(s), {bytes} byte(s) of Parquet, read back and verified",
+                self.archived.len()
+            )?;
+        }
+        for failed in &self.archive_failed {
+            write!(
+                f,
+                "\n  KEPT {} ({}): the archive of app {} failed: {}",
+                failed.day, failed.partition, failed.app_name, failed.error
+            )?;
         }
         if self.media_events_released > 0 {
             write!(
@@ -307,6 +345,10 @@ async fn maintain_locked(
     let usage = usage_policy(conn).await?;
     let citus = on_citus(conn).await?;
     let cutoff = retire_before(&store, today);
+    let archive = adk_postgres_archive::read_archive_policy(conn)
+        .await
+        .map_err(|e| RetentionError::Conflict(format!("read the archive policy: {e}")))?;
+    report.archive_policy = Some(archive.to_string());
     report.policy = Some(PolicySummary::of(&store).with_usage(usage.as_ref()));
     report.retire_before = Some(cutoff);
     // Read once, before anything is retired. A session of a day past the
@@ -399,6 +441,13 @@ async fn maintain_locked(
             for day in holding {
                 keep(day, Some(&partition.name), report);
             }
+            continue;
+        }
+        // Archived before anything of the day is released or dropped: the
+        // media its events name goes with them.
+        if archive.is_on()
+            && !archive_before_drop(conn, &archive, partition, &qualified(&partition.name), config, report).await?
+        {
             continue;
         }
         report.media_events_released += release_media(conn, &qualified(&partition.name), config).await?;
@@ -512,6 +561,80 @@ const DELETE_RETIRED_SESSIONS_BY_KEY: &str = concat!(
     retired_sessions!("s.app_name, s.user_id, s.session_id"),
     ") RETURNING 1) SELECT count(*) AS count FROM gone"
 );
+
+/// Archives each covered app's events of the partition's days; false when
+/// any of them failed (the failure is recorded), so the day is kept.
+async fn archive_before_drop(
+    conn: &mut AsyncPgConnection,
+    policy: &ArchivePolicy,
+    partition: &Partition,
+    qualified: &str,
+    config: &MaintenanceConfig,
+    report: &mut MaintenanceReport,
+) -> Result<bool, RetentionError> {
+    let days = partition_days(conn, partition, qualified).await?;
+    let apps = adk_postgres_archive::apps_in_partition(conn, qualified)
+        .await
+        .map_err(|e| RetentionError::Conflict(format!("list the apps of {}: {e}", partition.name)))?;
+    let url = policy.url.clone().unwrap_or_default();
+    let destination = Destination::open_with(&url, &config.archive.store_options);
+    let mut whole = true;
+    for day in days {
+        for app in apps.iter().filter(|app| policy.covers(app)) {
+            let outcome = match &destination {
+                Ok(destination) => {
+                    adk_postgres_archive::archive_app_day(conn, destination, qualified, app, day, &config.archive).await
+                }
+                Err(error) => {
+                    Err(adk_postgres_archive::ArchiveError::Destination { url: url.clone(), reason: error.to_string() })
+                }
+            };
+            match outcome {
+                Ok(archived) if archived.events == 0 => {}
+                Ok(archived) => report.archived.push(archived),
+                Err(error) => {
+                    whole = false;
+                    tracing::warn!(app, %day, partition = %partition.name, %error, "kept a day: its archive failed");
+                    if let Err(record) = adk_postgres_archive::record_failure(conn, app, day, &error).await {
+                        tracing::warn!(error = %record, "could not record the archive failure");
+                    }
+                    report.archive_failed.push(ArchiveFailure {
+                        app_name: app.clone(),
+                        day,
+                        partition: partition.name.clone(),
+                        error: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(whole)
+}
+
+/// The days a partition holds: its own for a daily partition, else those
+/// its rows name.
+async fn partition_days(
+    conn: &mut AsyncPgConnection,
+    partition: &Partition,
+    qualified: &str,
+) -> Result<Vec<NaiveDate>, RetentionError> {
+    if let (Some(from), Some(to)) = (partition.from, partition.to)
+        && from.succ_opt() == Some(to)
+    {
+        return Ok(vec![from]);
+    }
+    #[derive(QueryableByName)]
+    struct DayRow {
+        #[diesel(sql_type = Date)]
+        day: NaiveDate,
+    }
+    let days: Vec<DayRow> =
+        diesel::sql_query(format!("SELECT DISTINCT session_day AS day FROM ONLY {qualified} ORDER BY 1"))
+            .load(conn)
+            .await
+            .map_err(RetentionError::query("list the days of a partition"))?;
+    Ok(days.into_iter().map(|row| row.day).collect())
+}
 
 /// Deletes the events of `partition` that name media, a batch per
 /// statement, before the day is dropped: each delete counts its blobs down

@@ -24,6 +24,11 @@ pub const USAGE_LATE_EVENTS: &str = "adk_usage_late_events";
 pub const USAGE_RUNS: &str = "adk_usage_runs";
 /// The audit of redacted events: which, why, when, by whom; no content.
 pub const EVENT_REDACTIONS: &str = "adk_event_redactions";
+/// The archive tier: the catalog of archived objects, the days that failed
+/// to archive, and the days restored from it.
+pub const ARCHIVE_OBJECTS: &str = "adk_archive_objects";
+pub const ARCHIVE_FAILURES: &str = "adk_archive_failures";
+pub const ARCHIVE_RESTORES: &str = "adk_archive_restores";
 /// Which text of `crates/schema/sql/` the database holds (its SHA-256), so
 /// an unchanged install after a migrate is a no-op.
 pub const SCHEMA_SQL: &str = "adk_schema_sql";
@@ -31,7 +36,7 @@ pub const SCHEMA_SQL: &str = "adk_schema_sql";
 /// Every table the migrations create: the store's data, its policy and its
 /// history, the tenant bindings, the maintenance log, the usage rollups and
 /// the record of the installed functions.
-pub const STORE_TABLES: [&str; 19] = [
+pub const STORE_TABLES: [&str; 22] = [
     SESSIONS,
     EVENTS,
     BLOBS,
@@ -51,6 +56,9 @@ pub const STORE_TABLES: [&str; 19] = [
     USAGE_RUNS,
     SCHEMA_SQL,
     EVENT_REDACTIONS,
+    ARCHIVE_OBJECTS,
+    ARCHIVE_FAILURES,
+    ARCHIVE_RESTORES,
 ];
 
 /// What every daily partition's name starts with; the day follows as `YYYYMMDD`.

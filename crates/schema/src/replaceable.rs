@@ -70,6 +70,7 @@ pub const SQL_FILES: &[SqlFile] = &[
     sql_file!("feed", citus),
     sql_file!("redact"),
     sql_file!("erase"),
+    sql_file!("archive"),
 ];
 
 /// The files' spelling of the store's schema in `SET search_path`, as psql
@@ -133,6 +134,8 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_hold_copied_blobs(text,text,text,date)",
     "adk_release_blob_refs(text,bytea[])",
     "adk_release_blobs()",
+    "adk_archive_list(text,text)",
+    "adk_archive_read_only()",
 ];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.

@@ -714,6 +714,88 @@ pub(crate) struct ErasurePreviewRow {
     pub running_erasure_id: Option<i64>,
 }
 
+store_function! {
+    /// The archived objects of one app, or of every app for the owner
+    /// (`app_name` NULL); a role bound to other apps is refused.
+    ArchiveList => adk_archive_list(tenant: OptTextArg, app_name: OptTextArg)
+        -> ArchivedObject {
+            app_name: "text",
+            day: "date",
+            kind: "text",
+            part: "integer",
+            object_key: "text",
+            destination: "text",
+            rows: "bigint",
+            bytes: "bigint",
+            sha256: "bytea",
+            format_version: "integer",
+            day_events: "bigint",
+            archived_at: "timestamp with time zone",
+            archived_by: "name",
+            verified_at: "timestamp with time zone",
+        }
+}
+
+/// One object of the archive catalog, as `adk_archive_list` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName, serde::Serialize)]
+#[diesel(check_for_backend(Pg))]
+pub struct ArchivedObject {
+    #[diesel(sql_type = Text)]
+    pub app_name: String,
+    #[diesel(sql_type = diesel::sql_types::Date)]
+    pub day: chrono::NaiveDate,
+    /// `events` or `media`.
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Integer)]
+    pub part: i32,
+    /// The object's key, relative to `destination`.
+    #[diesel(sql_type = Text)]
+    pub object_key: String,
+    /// The archive URL the object was written to.
+    #[diesel(sql_type = Text)]
+    pub destination: String,
+    #[diesel(sql_type = BigInt)]
+    pub rows: i64,
+    #[diesel(sql_type = BigInt)]
+    pub bytes: i64,
+    #[diesel(sql_type = Bytea)]
+    #[serde(serialize_with = "serialize_hex")]
+    pub sha256: Vec<u8>,
+    #[diesel(sql_type = Integer)]
+    pub format_version: i32,
+    /// Events the day held for the app when it was archived.
+    #[diesel(sql_type = BigInt)]
+    pub day_events: i64,
+    #[diesel(sql_type = Timestamptz)]
+    pub archived_at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    pub archived_by: String,
+    #[diesel(sql_type = Timestamptz)]
+    pub verified_at: DateTime<Utc>,
+}
+
+fn serialize_hex<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    use std::fmt::Write as _;
+    let hex = bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    });
+    serializer.serialize_str(&hex)
+}
+
+/// The archive catalog as the connected role may see it: one app's objects
+/// (`tenant` names the app a bound role acts for), or every app's for the
+/// store's owner when `app_name` is `None`.
+pub async fn list_archive(
+    conn: &mut diesel_async::AsyncPgConnection,
+    tenant: Option<&str>,
+    app_name: Option<&str>,
+) -> QueryResult<Vec<ArchivedObject>> {
+    use diesel_async::RunQueryDsl as _;
+    ArchiveList { tenant, app_name }.load::<ArchivedObject>(conn).await
+}
+
 /// Makes the policy's missing event partitions as the tables' owner: the
 /// one DDL a service role may cause, when an append finds today's partition
 /// missing. Written out because it takes no argument (the macro's wrappers
@@ -864,4 +946,5 @@ pub const SIGNATURES: &[Signature] = &[
     FeedListen::SIGNATURE,
     ReadEventsAfter::SIGNATURE,
     RedactEvent::SIGNATURE,
+    ArchiveList::SIGNATURE,
 ];

@@ -1,0 +1,116 @@
+//! Why archiving, verifying, restoring or erasing from the archive failed.
+
+use adk_postgres_operations::OperationsError;
+
+/// Why an archive operation failed. Every variant that concerns an object
+/// names its key; none carries a credential (object_store's errors name the
+/// request, never the secret).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArchiveError {
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: &'static str, reason: String },
+    /// The destination URL could not be turned into a store.
+    #[error("archive destination {url}: {reason}")]
+    Destination { url: String, reason: String },
+    /// Writing or reading an object failed; the day stays in the database.
+    #[error("object {key}: {source}")]
+    Storage {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// The disk or the bucket has no room (ENOSPC, EDQUOT, EFBIG, or an S3
+    /// quota reply); the day stays in the database.
+    #[error("object {key}: the archive's storage is full: {reason}")]
+    StorageFull { key: String, reason: String },
+    /// An object read back does not match what was written or recorded.
+    #[error("object {key} does not verify: {reason}")]
+    Unverified { key: String, reason: String },
+    #[error("object {key}: parquet: {source}")]
+    Parquet {
+        key: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{context}: {source}")]
+    Arrow {
+        context: String,
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    /// Nothing is archived for what was asked.
+    #[error("nothing archived for app {app} on {day}")]
+    NotArchived { app: String, day: chrono::NaiveDate },
+    /// The operation is the store owner's: restoring, erasing and archiving
+    /// read and write every app's objects.
+    #[error("{what} needs the store's owner; role {role} is not")]
+    NotOwner { what: &'static str, role: String },
+    #[error(transparent)]
+    Operations(#[from] OperationsError),
+}
+
+/// A statement in a transaction that failed without saying which; the
+/// callers name theirs with [`ArchiveError::query`].
+impl From<diesel::result::Error> for ArchiveError {
+    fn from(source: diesel::result::Error) -> Self {
+        Self::Operations(OperationsError::Query { context: "archive transaction".into(), source })
+    }
+}
+
+impl ArchiveError {
+    /// Wraps a failed statement with what it was doing, for `map_err`.
+    pub fn query(context: impl Into<String>) -> impl FnOnce(diesel::result::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Operations(OperationsError::Query { context, source })
+    }
+
+    /// Classifies an object store failure: full storage is its own variant,
+    /// so a caller (and the alert) can say so.
+    pub(crate) fn storage(key: &str, source: object_store::Error) -> Self {
+        let text = source.to_string();
+        let full = [
+            "No space left on device",
+            "Disk quota exceeded",
+            "File too large",
+            "QuotaExceeded",
+            "EntityTooLarge",
+            "InsufficientStorage",
+        ]
+        .iter()
+        .any(|needle| text.contains(needle));
+        if full {
+            Self::StorageFull { key: key.to_owned(), reason: text }
+        } else {
+            Self::Storage { key: key.to_owned(), source }
+        }
+    }
+
+    pub(crate) fn parquet(key: &str) -> impl FnOnce(parquet::errors::ParquetError) -> Self {
+        let key = key.to_owned();
+        move |source| {
+            // The writer reports the sink's failure as an external error;
+            // a full disk must still read as one.
+            if let parquet::errors::ParquetError::External(inner) = &source
+                && let Some(store) = inner.downcast_ref::<object_store::Error>()
+            {
+                let text = store.to_string();
+                if text.contains("No space left on device") || text.contains("QuotaExceeded") {
+                    return Self::StorageFull { key, reason: text };
+                }
+            }
+            Self::Parquet { key, source }
+        }
+    }
+
+    pub(crate) fn arrow(context: &str) -> impl FnOnce(arrow_schema::ArrowError) -> Self {
+        let context = context.to_owned();
+        move |source| Self::Arrow { context, source }
+    }
+
+    /// Whether a rerun may succeed: the store or the network failed, not
+    /// the request.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Storage { .. } | Self::StorageFull { .. } | Self::Unverified { .. })
+    }
+}
