@@ -32,8 +32,8 @@ pub use erase::{ArchiveErasure, erase_user};
 pub use error::ArchiveError;
 pub use object::{WrittenObject, verify_object};
 pub use policy::{ArchivePolicy, ArchiveSetting, read_archive_policy, set_archive_policy};
-pub use restore::{DEFAULT_RESTORE_SCHEMA, RestoreReport, restore_day};
-pub use verify::{ObjectCheck, list_archive, verify_archive};
+pub use restore::{DEFAULT_RESTORE_SCHEMA, RestoreReport, has_restored_copies, restore_day};
+pub use verify::{ArchivedObject, ObjectCheck, list_archive, verify_archive};
 pub use write::{DayArchived, apps_in_partition, archive_app_day, record_failure};
 
 /// How the archive writes.

@@ -223,3 +223,20 @@ async fn insert_media(
     }
     Ok(i64::try_from(inserted).unwrap_or(i64::MAX))
 }
+
+/// Whether some day of `app` was restored (and an erasure must reach it).
+/// Only the owner sees the list; for any other role it is empty.
+pub async fn has_restored_copies(conn: &mut AsyncPgConnection, app: &str) -> Result<bool, ArchiveError> {
+    #[derive(diesel::QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        found: bool,
+    }
+    Ok(diesel::sql_query("SELECT EXISTS (SELECT 1 FROM adk_archive_restores WHERE app_name = $1) AS found")
+        .bind::<Text, _>(app)
+        .load::<Found>(conn)
+        .await
+        .map_err(ArchiveError::query("look for restored copies"))?
+        .into_iter()
+        .any(|row| row.found))
+}

@@ -36,6 +36,12 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// The archive of retired days (see `policy set --archive`): list what
+    /// it holds, check its objects, load a day back for an audit.
+    Archive {
+        #[command(subcommand)]
+        command: ArchiveCommand,
+    },
     /// Delete sessions whose expires_at has passed, with their events.
     Expire {
         /// Sessions deleted per statement.
@@ -121,6 +127,42 @@ pub enum Command {
     ChangeFeed {
         #[arg(value_enum)]
         switch: FeedSwitch,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArchiveCommand {
+    /// The archived objects of one app (or of every app, for the store's
+    /// owner), from the catalog.
+    List {
+        /// Only this app's objects; a role bound to apps must name one.
+        #[arg(long)]
+        app: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every archived object back and check it against the catalog
+    /// (size, SHA-256, row count); exits 2 when one does not verify.
+    Verify {
+        #[arg(long)]
+        app: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load an archived day of one app into a separate, read-only schema,
+    /// checked against the catalog first; run again, it replaces the
+    /// earlier copy. The store's owner only.
+    Restore {
+        #[arg(long)]
+        app: String,
+        /// The UTC day, YYYY-MM-DD.
+        #[arg(long)]
+        day: NaiveDate,
+        /// The schema to load into (made when missing); never the store's.
+        #[arg(long = "into", default_value = adk_postgres_archive::DEFAULT_RESTORE_SCHEMA)]
+        schema: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -308,6 +350,15 @@ pub struct PolicySetArgs {
     /// `keep` to keep them for ever.
     #[arg(long, value_parser = parse_kept)]
     pub usage_day_retention: Option<Kept>,
+    /// Archive each day before it is dropped, to file:///dir or
+    /// s3://bucket/prefix (credentials from the AWS_* environment of the
+    /// process that runs maintenance), or `off`.
+    #[arg(long)]
+    pub archive: Option<String>,
+    /// With --archive URL: the apps to archive, comma-separated, or `all`
+    /// (the default).
+    #[arg(long, value_delimiter = ',', requires = "archive")]
+    pub archive_apps: Vec<String>,
     #[arg(long)]
     pub json: bool,
 }

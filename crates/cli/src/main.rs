@@ -13,6 +13,7 @@ mod render;
 use std::pin::Pin;
 use std::process::ExitCode;
 
+use adk_postgres_archive::{ArchiveSetting, StoreOptions, read_archive_policy, set_archive_policy};
 use adk_postgres_dashboard::{ServeConfig, Server, TOKEN_VAR};
 use adk_postgres_operations::connect;
 use adk_postgres_retention::{
@@ -27,8 +28,8 @@ use adk_postgres_storage::{
 use adk_postgres_storage::{EraseOptions, EraseProgress, EraseStep, PgSessionStore, PoolConfig, TenantScope};
 use anyhow::{Context, Result};
 use args::{
-    Cli, Command, EraseUserArgs, FeedSwitch, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs, ServeArgs,
-    ThresholdArgs, UsageArgs, time_arg,
+    ArchiveCommand, Cli, Command, EraseUserArgs, FeedSwitch, MaintainArgs, PolicyCommand, PolicySetArgs, RollupArgs,
+    ServeArgs, ThresholdArgs, UsageArgs, time_arg,
 };
 use chrono::{NaiveDate, Utc};
 use clap::Parser;
@@ -117,6 +118,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Rollup(args) => rollup(&url, args).await,
         Command::Usage(args) => usage(&url, args).await,
         Command::Policy { command } => policy(&url, command).await,
+        Command::Archive { command } => archive(&url, command).await,
         Command::Expire { batch_size, json } => {
             let bar = spinner("expiring sessions");
             let report = expire_sessions(&url, batch_size, None).await.context("expire sessions");
@@ -309,12 +311,52 @@ async fn erase_user(url: &str, args: EraseUserArgs) -> Result<ExitCode> {
         "erase the user (the erasure is recorded as running and its sessions are already hidden: \
          run the same command again to finish it)",
     )?;
+    let archive = erase_from_archive(url, app.as_str(), user.as_str(), report.erasure_id).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("archive".into(), serde_json::to_value(&archive)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!("{report}");
+        if let Some(archive) = &archive {
+            println!(
+                "archive: {} archived row(s) and {} restored row(s) removed; {} object(s) rewritten, \
+                 {} ruled out by their footer, {} read",
+                archive.archived_rows_removed,
+                archive.restored_rows_removed,
+                archive.rewritten,
+                archive.skipped_by_footer,
+                archive.read
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The archive's part of an erasure: `None` when nothing of the app was
+/// ever archived or restored. A role that may not rewrite the archive
+/// fails here, after the live log was erased, saying so.
+async fn erase_from_archive(
+    url: &str,
+    app: &str,
+    user: &str,
+    erasure_id: Option<i64>,
+) -> Result<Option<adk_postgres_archive::ArchiveErasure>> {
+    let mut conn = connect(url, "adk-pg erase-user", &LockPolicy::default()).await.context("connect")?;
+    let objects = adk_postgres_archive::list_archive(&mut conn, Some(app), Some(app))
+        .await
+        .context("read the archive catalog")?;
+    if objects.is_empty() && !adk_postgres_archive::has_restored_copies(&mut conn, app).await.unwrap_or(false) {
+        return Ok(None);
+    }
+    let erased =
+        adk_postgres_archive::erase_user(&mut conn, app, user, erasure_id, &StoreOptions::default()).await.context(
+            "erase the user from the archive (the live log is erased; run the same command again, as the \
+             store's owner, to reach the archive)",
+        )?;
+    Ok(Some(erased))
 }
 
 fn health_thresholds(args: &ThresholdArgs) -> HealthThresholds {
@@ -469,30 +511,41 @@ async fn policy(url: &str, command: PolicyCommand) -> Result<ExitCode> {
     match command {
         PolicyCommand::Show { json } => {
             let current = policy_settings(&mut conn).await.context("read the store policy")?;
+            let archive = read_archive_policy(&mut conn).await.context("read the archive policy")?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&render::policy_json(&current))?);
+                println!("{}", serde_json::to_string_pretty(&render::policy_json(&current, &archive))?);
             } else {
                 println!("{}", render::policy_table(&current));
+                println!("{archive}");
             }
         }
         PolicyCommand::Set(args) => {
             let json = args.json;
+            let archive = archive_setting(args.archive.as_deref(), &args.archive_apps)?;
             let amendment = amendment(args);
-            if amendment.is_empty() {
+            if amendment.is_empty() && archive.is_none() {
                 anyhow::bail!(
                     "nothing to change: pass --max-session-lifetime, --retention, --default-ttl, --premake-days, \
-                     --usage-lateness, --usage-minute-retention, --usage-hour-retention or --usage-day-retention"
+                     --usage-lateness, --usage-minute-retention, --usage-hour-retention, --usage-day-retention \
+                     or --archive"
                 );
             }
             // Refuses a database without the usage columns by name, before
             // the amendment's statement would fail on them.
-            policy_settings(&mut conn).await.context("read the store policy")?;
-            let updated = amend_policy_settings(&mut conn, &amendment).await.context("set the store policy")?;
+            let mut updated = policy_settings(&mut conn).await.context("read the store policy")?;
+            if !amendment.is_empty() {
+                updated = amend_policy_settings(&mut conn, &amendment).await.context("set the store policy")?;
+            }
+            let archive = match archive {
+                Some(setting) => set_archive_policy(&mut conn, &setting).await.context("set the archive policy")?,
+                None => read_archive_policy(&mut conn).await.context("read the archive policy")?,
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&render::policy_json(&updated))?);
+                println!("{}", serde_json::to_string_pretty(&render::policy_json(&updated, &archive))?);
             } else {
                 println!("policy updated");
                 println!("{}", render::policy_table(&updated));
+                println!("{archive}");
             }
         }
         PolicyCommand::History { limit, json } => {
@@ -507,6 +560,77 @@ async fn policy(url: &str, command: PolicyCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--archive URL|off` with `--archive-apps a,b|all`.
+fn archive_setting(archive: Option<&str>, apps: &[String]) -> Result<Option<ArchiveSetting>> {
+    let Some(archive) = archive else { return Ok(None) };
+    if archive.eq_ignore_ascii_case("off") {
+        if !apps.is_empty() {
+            anyhow::bail!("--archive-apps goes with --archive URL, not with --archive off");
+        }
+        return Ok(Some(ArchiveSetting::Off));
+    }
+    let apps = match apps {
+        [] => None,
+        [all] if all.eq_ignore_ascii_case("all") => None,
+        apps => Some(apps.iter().map(|app| app.trim().to_owned()).collect()),
+    };
+    Ok(Some(ArchiveSetting::On { url: archive.to_owned(), apps }))
+}
+
+/// `adk-pg archive list|verify|restore`. Object store credentials come
+/// from the environment (AWS_*), as maintenance reads them.
+async fn archive(url: &str, command: ArchiveCommand) -> Result<ExitCode> {
+    let mut conn = connect(url, "adk-pg archive", &LockPolicy::default()).await.context("connect")?;
+    let options = StoreOptions::default();
+    match command {
+        ArchiveCommand::List { app, json } => {
+            let objects = adk_postgres_archive::list_archive(&mut conn, app.as_deref(), app.as_deref())
+                .await
+                .context("list the archive")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&objects)?);
+            } else if objects.is_empty() {
+                println!("nothing archived{}", app.map(|a| format!(" for app {a}")).unwrap_or_default());
+            } else {
+                println!("{}", render::archive_table(&objects));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ArchiveCommand::Verify { app, json } => {
+            let checks = adk_postgres_archive::verify_archive(&mut conn, app.as_deref(), app.as_deref(), &options)
+                .await
+                .context("verify the archive")?;
+            let bad = checks.iter().filter(|check| check.problem.is_some()).count();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&checks)?);
+            } else {
+                for check in &checks {
+                    if let Some(problem) = &check.problem {
+                        println!("BAD {}: {problem}", check.object.object_key);
+                    }
+                }
+                println!("{} object(s) checked, {} verified, {bad} did not", checks.len(), checks.len() - bad);
+            }
+            Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+        ArchiveCommand::Restore { app, day, schema, json } => {
+            let report = adk_postgres_archive::restore_day(&mut conn, &app, day, &schema, &options)
+                .await
+                .context("restore the archived day")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "restored app {} on {} into {}: {} event(s), {} piece(s) of media, from {} object(s), \
+                     checked against the catalog; read-only",
+                    report.app_name, report.day, report.schema, report.events, report.media, report.objects
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 fn amendment(args: PolicySetArgs) -> PolicyAmendment {

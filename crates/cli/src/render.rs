@@ -41,7 +41,7 @@ pub fn policy_table(settings: &PolicySettings) -> String {
 
 /// `adk-pg policy show --json`: each duration readable and in seconds; a
 /// day tier kept for ever is `null`.
-pub fn policy_json(settings: &PolicySettings) -> Value {
+pub fn policy_json(settings: &PolicySettings, archive: &adk_postgres_archive::ArchivePolicy) -> Value {
     let (policy, usage) = (&settings.store, &settings.usage);
     json!({
         "max_session_lifetime": duration(policy.max_session_lifetime),
@@ -59,7 +59,37 @@ pub fn policy_json(settings: &PolicySettings) -> Value {
         "usage_hour_retention_secs": usage.hour_retention.as_secs_f64(),
         "usage_day_retention": usage.day_retention.map(duration),
         "usage_day_retention_secs": usage.day_retention.map(|d| d.as_secs_f64()),
+        "archive_url": archive.url,
+        "archive_apps": archive.apps,
+        "archive_format": archive.format_version,
     })
+}
+
+/// The `adk-pg archive list` table: one row per object.
+pub fn archive_table(objects: &[adk_postgres_archive::ArchivedObject]) -> String {
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED).set_header([
+        "app",
+        "day",
+        "object",
+        "rows",
+        "bytes",
+        "sha256",
+        "verified (UTC)",
+    ]);
+    for object in objects {
+        let sha: String = object.sha256.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        table.add_row([
+            object.app_name.clone(),
+            object.day.to_string(),
+            object.object_key.clone(),
+            object.rows.to_string(),
+            object.bytes.to_string(),
+            format!("{sha}…"),
+            object.verified_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        ]);
+    }
+    table.to_string()
 }
 
 /// `adk-pg policy history --json`.

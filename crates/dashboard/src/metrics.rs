@@ -153,6 +153,32 @@ pub fn render_metrics(snapshot: &OpsSnapshot, scrapes_failed: u64, scrape_second
             );
             registry.register("rollup_tier_partitions", "Partitions of a usage rollup level", tier_partitions);
         }
+        let archive = &health.archive;
+        if let Some(last) = archive.last_success {
+            registry.register_with_unit(
+                "archive_last_success_age",
+                "Time since the newest archived object was written and read back",
+                Unit::Seconds,
+                gauge(seconds_between(now, last)),
+            );
+        }
+        registry.register(
+            "archive_days_pending",
+            "App days past retention kept because their archive failed; maintenance tries again each run",
+            gauge(archive.pending.len() as f64),
+        );
+        registry.register_with_unit(
+            "archive",
+            "Bytes of the archive's objects, as the catalog records them",
+            Unit::Bytes,
+            gauge(archive.bytes as f64),
+        );
+        registry.register("archive_objects", "Objects in the archive catalog", gauge(archive.objects as f64));
+        registry.register(
+            "archive_failures",
+            "Failed attempts to archive an app's day, on record since the archive was installed",
+            gauge(archive.failures as f64),
+        );
         let firing = Family::<Labels, FloatGauge>::default();
         for area in AlertArea::ALL {
             for severity in Severity::ALL {

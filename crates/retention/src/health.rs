@@ -121,6 +121,38 @@ pub struct RollupHealth {
     pub minute_partitions_ahead: u32,
 }
 
+/// The archive tier's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArchiveHealth {
+    /// The policy, as `adk-pg policy show` prints it.
+    pub policy: String,
+    pub on: bool,
+    /// Objects in the catalog, their bytes, and the app days they hold.
+    pub objects: i64,
+    pub bytes: i64,
+    pub days: i64,
+    /// When the newest object was written and read back.
+    pub last_success: Option<DateTime<Utc>>,
+    /// App days that failed to archive and are still kept, with the latest
+    /// reason.
+    pub pending: Vec<PendingArchive>,
+    /// Every failed attempt on record.
+    pub failures: i64,
+}
+
+/// An app's day kept because its archive failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
+pub struct PendingArchive {
+    #[diesel(sql_type = Text)]
+    pub app_name: String,
+    #[diesel(sql_type = Date)]
+    pub day: NaiveDate,
+    #[diesel(sql_type = Timestamptz)]
+    pub failed_at: DateTime<Utc>,
+    #[diesel(sql_type = Text)]
+    pub error: String,
+}
+
 /// The last successful maintenance run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LastRun {
@@ -193,6 +225,8 @@ pub struct HealthReport {
     pub state_sizes: StateSizes,
     /// The usage rollups; `None` before migration 12.
     pub rollups: Option<RollupHealth>,
+    /// The archive tier.
+    pub archive: ArchiveHealth,
     /// On Citus, each node's shards and days ahead; empty on one server
     /// (and then left out of the JSON).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -288,6 +322,22 @@ impl std::fmt::Display for HealthReport {
                 format!(
                     "{}: {} session shard(s), {} shard(s), {} B, {} day(s) ahead",
                     node.node, node.session_shards, node.shards, node.bytes, node.partitions_ahead
+                ),
+            ));
+        }
+        rows.push(("archive", self.archive.policy.clone()));
+        if self.archive.objects > 0 || self.archive.on {
+            rows.push((
+                "archived",
+                format!(
+                    "{} app day(s), {} object(s), {} B{}",
+                    self.archive.days,
+                    self.archive.objects,
+                    self.archive.bytes,
+                    self.archive
+                        .last_success
+                        .map(|at| format!(", newest {}", at.format("%Y-%m-%d %H:%M:%S UTC")))
+                        .unwrap_or_default()
                 ),
             ));
         }
@@ -834,6 +884,20 @@ pub async fn health_on(
     if let Some(rollups) = &rollups {
         alerts.extend(rollup_alerts(rollups, thresholds, today));
     }
+    let archive = archive_health(conn).await?;
+    for pending in &archive.pending {
+        alerts.push(Alert::warning(
+            Check::ArchiveFailed,
+            format!(
+                "the archive of app {} for {} failed ({}), so the day is kept: {}; maintenance tries again on its \
+                 next run",
+                pending.app_name,
+                pending.day,
+                pending.failed_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                pending.error
+            ),
+        ));
+    }
 
     Ok(HealthReport {
         today,
@@ -859,10 +923,61 @@ pub async fn health_on(
             max: sizes.max,
         },
         rollups,
+        archive,
         nodes,
         through_pooler,
         alerts: alerts.iter().map(ToString::to_string).collect(),
         typed_alerts: alerts,
+    })
+}
+
+/// The archive's facts: the policy, the catalog's totals, and the app days
+/// whose archive failed and which are still kept (an open failure whose
+/// day was archived since is resolved by that run).
+async fn archive_health(conn: &mut AsyncPgConnection) -> Result<ArchiveHealth, RetentionError> {
+    #[derive(QueryableByName)]
+    struct Totals {
+        #[diesel(sql_type = BigInt)]
+        objects: i64,
+        #[diesel(sql_type = BigInt)]
+        bytes: i64,
+        #[diesel(sql_type = BigInt)]
+        days: i64,
+        #[diesel(sql_type = Nullable<Timestamptz>)]
+        last_success: Option<DateTime<Utc>>,
+        #[diesel(sql_type = BigInt)]
+        failures: i64,
+    }
+    let policy = adk_postgres_archive::read_archive_policy(conn)
+        .await
+        .map_err(|e| RetentionError::Conflict(format!("read the archive policy: {e}")))?;
+    let totals = diesel::sql_query(
+        "SELECT count(*) AS objects, coalesce(sum(bytes), 0)::bigint AS bytes,
+                count(DISTINCT (app_name, day)) AS days, max(verified_at) AS last_success,
+                (SELECT count(*) FROM adk_archive_failures) AS failures
+           FROM adk_archive_objects",
+    )
+    .load::<Totals>(conn)
+    .await
+    .and_then(first_row)
+    .map_err(RetentionError::query("read the archive catalog"))?;
+    let pending = diesel::sql_query(
+        "SELECT DISTINCT ON (app_name, day) app_name, day, failed_at, error
+           FROM adk_archive_failures WHERE resolved_at IS NULL
+          ORDER BY app_name, day, failed_at DESC",
+    )
+    .load::<PendingArchive>(conn)
+    .await
+    .map_err(RetentionError::query("read the archive failures"))?;
+    Ok(ArchiveHealth {
+        policy: policy.to_string(),
+        on: policy.is_on(),
+        objects: totals.objects,
+        bytes: totals.bytes,
+        days: totals.days,
+        last_success: totals.last_success,
+        pending,
+        failures: totals.failures,
     })
 }
 

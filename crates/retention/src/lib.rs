@@ -37,7 +37,7 @@ pub use convert::{
     convert_events, convert_events_with, plan_conversion,
 };
 pub use expiry::{ExpiryReport, expire_sessions};
-pub use health::{HealthReport, HealthThresholds, RollupHealth, health};
+pub use health::{ArchiveHealth, HealthReport, HealthThresholds, PendingArchive, RollupHealth, health};
 pub use index::{IndexOptions, IndexProgress, IndexReport, create_partitioned_index, create_partitioned_index_with};
 pub use maintenance::{ArchiveFailure, MaintenanceConfig, MaintenanceReport, run_maintenance};
 pub use policy::{

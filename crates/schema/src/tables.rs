@@ -58,6 +58,9 @@ diesel::table! {
         usage_minute_retention -> Interval,
         usage_hour_retention -> Interval,
         usage_day_retention -> Nullable<Interval>,
+        archive_url -> Nullable<Text>,
+        archive_apps -> Nullable<Array<Text>>,
+        archive_format -> Int4,
     }
 }
 

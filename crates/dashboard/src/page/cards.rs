@@ -99,6 +99,9 @@ pub fn watch(report: &HealthReport, area: AlertArea, ops: &OpsSnapshot) -> Optio
                 format!("{} event(s) arriving yesterday were rejected as late", rollups.late_rejected_yesterday)
             })
         }),
+        AlertArea::Archive => (!report.archive.on && report.archive.objects > 0).then(|| {
+            "archiving is off: days past retention are dropped unarchived; adk-pg policy set --archive URL".to_owned()
+        }),
     }
 }
 
@@ -203,6 +206,26 @@ fn area_card(report: &HealthReport, area: AlertArea, ops: &OpsSnapshot) -> Card 
                 }
             }
         },
+        AlertArea::Archive => {
+            let archive = &report.archive;
+            if archive.on {
+                card.value = format!("{} day{} archived", archive.days, plural(archive.days.unsigned_abs()));
+                card.caption = archive.policy.clone();
+            } else {
+                card.value = "off".into();
+                card.caption = "days past retention are dropped; adk-pg policy set --archive URL".into();
+            }
+            card.details.push(("objects".into(), format!("{} · {}", archive.objects, bytes(archive.bytes))));
+            card.details.push((
+                "newest".into(),
+                archive.last_success.map_or_else(
+                    || "never".into(),
+                    |at| format!("{} ago", span((ops.now - at).num_seconds().max(0).unsigned_abs())),
+                ),
+            ));
+            card.details.push(("days kept, not archived".into(), count_or_none(archive.pending.len())));
+            card.details.push(("failed attempts".into(), archive.failures.to_string()));
+        }
         AlertArea::LateEvents => match &report.rollups {
             None => {
                 card.value = "-".into();

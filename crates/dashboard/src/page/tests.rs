@@ -4,7 +4,7 @@
 
 use std::time::Duration as StdDuration;
 
-use adk_postgres_retention::health::{Alert, Check, HealthReport, LastRun, RollupHealth, StateSizes};
+use adk_postgres_retention::health::{Alert, ArchiveHealth, Check, HealthReport, LastRun, RollupHealth, StateSizes};
 use adk_postgres_retention::partitions::{Partition, partition_name};
 use adk_postgres_retention::{HealthThresholds, PolicySummary};
 use chrono::{DateTime, Days, Duration, NaiveDate, Utc};
@@ -63,6 +63,16 @@ fn healthy() -> HealthReport {
             tiers: Vec::new(),
             minute_partitions_ahead: 7,
         }),
+        archive: ArchiveHealth {
+            policy: "archive off".into(),
+            on: false,
+            objects: 0,
+            bytes: 0,
+            days: 0,
+            last_success: None,
+            pending: Vec::new(),
+            failures: 0,
+        },
         nodes: Vec::new(),
         through_pooler: false,
         alerts: Vec::new(),

@@ -20,13 +20,16 @@ pub enum AlertArea {
     Rollups,
     /// Events rejected as late by the rollups.
     LateEvents,
+    /// Days archived to object storage before they are dropped.
+    Archive,
 }
 
 impl AlertArea {
-    pub const ALL: [AlertArea; 5] = [
+    pub const ALL: [AlertArea; 6] = [
         AlertArea::Partitions,
         AlertArea::Maintenance,
         AlertArea::Retention,
+        AlertArea::Archive,
         AlertArea::Rollups,
         AlertArea::LateEvents,
     ];
@@ -39,6 +42,7 @@ impl AlertArea {
             AlertArea::Retention => "retention",
             AlertArea::Rollups => "rollups",
             AlertArea::LateEvents => "late_events",
+            AlertArea::Archive => "archive",
         }
     }
 
@@ -50,6 +54,7 @@ impl AlertArea {
             AlertArea::Retention => "Retention",
             AlertArea::Rollups => "Usage rollups",
             AlertArea::LateEvents => "Late events",
+            AlertArea::Archive => "Archive",
         }
     }
 }
@@ -118,6 +123,8 @@ pub enum Check {
     RollupRunWaiting,
     /// More events arriving today were rejected as late than allowed.
     LateEvents,
+    /// An app's day past retention could not be archived, so it is kept.
+    ArchiveFailed,
 }
 
 impl Check {
@@ -130,6 +137,7 @@ impl Check {
                 AlertArea::Rollups
             }
             Check::LateEvents => AlertArea::LateEvents,
+            Check::ArchiveFailed => AlertArea::Archive,
         }
     }
 }
@@ -179,6 +187,7 @@ mod tests {
             Check::RollupRunFailed,
             Check::RollupRunWaiting,
             Check::LateEvents,
+            Check::ArchiveFailed,
         ];
         for area in AlertArea::ALL {
             assert!(checks.iter().any(|check| check.area() == area), "{area} has no check");
