@@ -51,7 +51,7 @@ SELECT adk_grant_like('adk_archive_list(text, text)', 'adk_get_session(text, tex
 
 -- A restored copy is evidence: nothing changes it but the restore that
 -- loads it and the erasure that must reach it, which say so for their own
--- transaction (SET LOCAL adk.archive_writer = 'on').
+-- transaction by setting adk.archive_writer to 'on' locally.
 CREATE OR REPLACE FUNCTION adk_archive_read_only() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, :"store_schema", pg_temp
