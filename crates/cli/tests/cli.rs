@@ -857,3 +857,94 @@ async fn verify_full_without_sslrootcert_trusts_the_homes_root_crt_and_names_it_
     assert!(found.status.success(), "{found:?}");
     assert!(stdout(&found).contains("up to date"), "{}", stdout(&found));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn archive_keeps_a_day_it_cannot_write_then_archives_restores_and_verifies_it() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+    assert!(adk_pg(db.url(), &["maintain"]).status.success());
+    store_events(&sql, "shop", "s1", 25).await;
+    let today = Utc::now().date_naive();
+    let later = today.checked_add_days(Days::new(40)).expect("day").to_string();
+    let partition = format!("adk_events_p{}", today.format("%Y%m%d"));
+    let exists = async |name: &str| -> bool {
+        sql.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.expect("regclass").get(0)
+    };
+
+    let refused = adk_pg(db.url(), &["policy", "set", "--archive", "ftp://host/dir"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(stderr(&refused).contains("invalid archive_url"), "{}", stderr(&refused));
+    let keys = adk_pg(db.url(), &["policy", "set", "--archive", "s3://key:secret@bucket/p"]);
+    assert_eq!(keys.status.code(), Some(1), "credentials in the URL are refused");
+
+    // A destination that cannot be made: the day is kept, and status says why.
+    let dir = std::env::temp_dir().join(format!("adk-cli-archive-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, b"not a directory").expect("file");
+    let broken = format!("file://{}/below", blocker.display());
+    assert!(adk_pg(db.url(), &["policy", "set", "--archive", &broken]).status.success());
+    let kept = adk_pg(db.url(), &["maintain", "--today", &later]);
+    assert!(kept.status.success(), "{kept:?}");
+    assert!(
+        stdout(&kept).contains(&format!("KEPT {today} ({partition}): the archive of app shop failed")),
+        "{}",
+        stdout(&kept)
+    );
+    assert!(exists(&partition).await, "a day whose archive failed is not dropped");
+    let status = adk_pg(db.url(), &["status", "--today", &later]);
+    assert_eq!(status.status.code(), Some(2), "{}", stdout(&status));
+    assert!(stdout(&status).contains("ALERT: the archive of app shop for"), "{}", stdout(&status));
+
+    // A working destination: archived, read back, recorded, then dropped.
+    let archive = dir.join("archive");
+    let url = format!("file://{}", archive.display());
+    let set = adk_pg(db.url(), &["policy", "set", "--archive", &url, "--json"]);
+    assert!(set.status.success(), "{set:?}");
+    let policy: serde_json::Value = serde_json::from_slice(&set.stdout).expect("JSON");
+    assert_eq!(policy["archive_url"], url.as_str());
+    assert!(stdout(&adk_pg(db.url(), &["policy", "history"])).contains("archive_url"), "the log says when it began");
+    let archived = adk_pg(db.url(), &["maintain", "--today", &later]);
+    assert!(archived.status.success(), "{archived:?}");
+    assert!(stdout(&archived).contains("archived: 1 app day(s), 25 event(s)"), "{}", stdout(&archived));
+    assert!(!exists(&partition).await, "dropped once archived");
+    let unresolved: i64 = sql
+        .query_one("SELECT count(*) FROM adk_archive_failures WHERE resolved_at IS NULL", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(unresolved, 0, "the archive that succeeded resolves the failure");
+
+    let list = adk_pg(db.url(), &["archive", "list", "--app", "shop", "--json"]);
+    assert!(list.status.success(), "{list:?}");
+    let objects: serde_json::Value = serde_json::from_slice(&list.stdout).expect("JSON");
+    assert_eq!(objects.as_array().map(Vec::len), Some(1), "{objects}");
+    assert_eq!((objects[0]["rows"].as_i64(), objects[0]["kind"].as_str()), (Some(25), Some("events")));
+    let verify = adk_pg(db.url(), &["archive", "verify"]);
+    assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
+
+    let restore = ["archive", "restore", "--app", "shop", "--day", &today.to_string(), "--into", "audit"];
+    for _ in 0..2 {
+        let restored = adk_pg(db.url(), &restore);
+        assert!(restored.status.success(), "{restored:?}");
+        assert!(stdout(&restored).contains("25 event(s)"), "{}", stdout(&restored));
+    }
+    let rows: i64 =
+        sql.query_one("SELECT count(*) FROM audit.adk_restored_events", &[]).await.expect("restored").get(0);
+    assert_eq!(rows, 25, "restoring twice replaces the copy");
+    let write = sql.batch_execute("DELETE FROM audit.adk_restored_events").await.expect_err("read-only");
+    let message = write.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.contains("read-only"), "{write:?}");
+
+    // One flipped byte: verify names the object and exits 2.
+    let key = objects[0]["object_key"].as_str().expect("key");
+    let file = archive.join(key);
+    let mut bytes = std::fs::read(&file).expect("object");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&file, bytes).expect("flip");
+    let bad = adk_pg(db.url(), &["archive", "verify"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stdout(&bad));
+    assert!(stdout(&bad).contains("BAD") && stdout(&bad).contains("SHA-256"), "{}", stdout(&bad));
+    let _ = std::fs::remove_dir_all(&dir);
+}
