@@ -689,6 +689,8 @@ async fn archive_erasure_removes_the_user_everywhere_and_rewrites_only_their_obj
     }
     let checks = verify_archive(&mut conn, None, Some(app), &options).await.expect("verify");
     assert!(checks.iter().all(|c| c.problem.is_none()), "{checks:?}");
+    let again = erase_user(&mut conn, app, victim, None, &options).await.expect("erase again");
+    assert_eq!((again.archived_rows_removed, again.rewritten, again.restored_rows_removed), (0, 0, 0), "{again:?}");
 
     // Nowhere to be found: DuckDB, the copy restored before, a new restore.
     let found = duckdb(format!(

@@ -10,7 +10,7 @@ use adk_postgres_archive::{
     ArchiveConfig, ArchiveError, Destination, StoreOptions, archive_app_day, restore_day, verify_archive,
 };
 use adk_postgres_testing::test_database;
-use adk_postgres_tests::pg::{client, diesel, store};
+use adk_postgres_tests::pg::{client, diesel, lock_waiter, store};
 
 use super::archive::{
     DaySeed, archive_to, config_with, days_ago, file_url, files_below, maintain, partition, partition_exists,
@@ -236,4 +236,46 @@ async fn archive_to_a_full_disk_is_storage_full_and_keeps_the_day() {
         "nothing recorded"
     );
     drop(disk);
+}
+
+/// Restoring a day again while the earlier copy is being analyzed (what
+/// autovacuum does after a restore's inserts): the ANALYZE holds a lock the
+/// restore needs and ends by updating the copy's `pg_class` row, so a
+/// restore that updated that row before taking the lock deadlocks with it.
+/// It must wait for the ANALYZE instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn archive_restore_again_waits_for_an_analyze_of_the_copy_without_deadlock() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let mut conn = diesel(db.url()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = file_url(dir.path());
+    let (app, day) = ("analyzed", days_ago(61));
+    let people = users("a", 2);
+    seed(&sql, &store, &DaySeed { app, day, users: &people, sessions: 1, events: 30, images: &[] }).await;
+    snapshot(&sql, day.succ_opt().expect("next day")).await;
+    archive_to(&mut conn, &url, None).await;
+    let destination = Destination::open(&url).expect("destination");
+    let partition = qualified_partition(&sql, day).await;
+    archive_app_day(&mut conn, &destination, &partition, app, day, &ArchiveConfig::default()).await.expect("archive");
+    restore_and_compare(&mut conn, &sql, &StoreOptions::default(), app, day, "analyzed_copy").await;
+
+    // The ANALYZE's lock, held while the restore starts.
+    let analyzer = client(db.url()).await;
+    analyzer
+        .batch_execute("BEGIN; LOCK analyzed_copy.adk_restored_events IN SHARE UPDATE EXCLUSIVE MODE")
+        .await
+        .expect("the lock ANALYZE takes");
+    let owner_url = db.url().to_owned();
+    let restore = tokio::spawn(async move {
+        let mut conn = diesel(&owner_url).await;
+        restore_day(&mut conn, app, day, "analyzed_copy", &StoreOptions::default()).await
+    });
+    lock_waiter(&sql, r#"query LIKE '%CREATE SCHEMA IF NOT EXISTS "analyzed_copy"%'"#).await;
+    analyzer.batch_execute("ANALYZE analyzed_copy.adk_restored_events").await.expect("ANALYZE is not deadlocked");
+    analyzer.batch_execute("COMMIT").await.expect("commit");
+    let report = restore.await.expect("restore task").expect("the restore waited, and ran");
+    assert_eq!(report.events, 2 * 30);
+    restore_and_compare(&mut conn, &sql, &StoreOptions::default(), app, day, "analyzed_copy").await;
 }
