@@ -50,6 +50,21 @@ pub enum ArchiveError {
     Operations(#[from] OperationsError),
 }
 
+/// Whether a store's error text says the storage has no room (ENOSPC,
+/// EDQUOT, EFBIG, or an S3 quota reply).
+fn says_full(text: &str) -> bool {
+    [
+        "No space left on device",
+        "Disk quota exceeded",
+        "File too large",
+        "QuotaExceeded",
+        "EntityTooLarge",
+        "InsufficientStorage",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
 /// A statement in a transaction that failed without saying which; the
 /// callers name theirs with [`ArchiveError::query`].
 impl From<diesel::result::Error> for ArchiveError {
@@ -69,17 +84,7 @@ impl ArchiveError {
     /// so a caller (and the alert) can say so.
     pub(crate) fn storage(key: &str, source: object_store::Error) -> Self {
         let text = source.to_string();
-        let full = [
-            "No space left on device",
-            "Disk quota exceeded",
-            "File too large",
-            "QuotaExceeded",
-            "EntityTooLarge",
-            "InsufficientStorage",
-        ]
-        .iter()
-        .any(|needle| text.contains(needle));
-        if full {
+        if says_full(&text) {
             Self::StorageFull { key: key.to_owned(), reason: text }
         } else {
             Self::Storage { key: key.to_owned(), source }
@@ -89,13 +94,12 @@ impl ArchiveError {
     pub(crate) fn parquet(key: &str) -> impl FnOnce(parquet::errors::ParquetError) -> Self {
         let key = key.to_owned();
         move |source| {
-            // The writer reports the sink's failure as an external error;
-            // a full disk must still read as one.
-            if let parquet::errors::ParquetError::External(inner) = &source
-                && let Some(store) = inner.downcast_ref::<object_store::Error>()
-            {
-                let text = store.to_string();
-                if text.contains("No space left on device") || text.contains("QuotaExceeded") {
+            // The writer reports the sink's failure as an external error,
+            // the upload's `std::io::Error` wrapping object_store's; a full
+            // disk must still read as one.
+            if let parquet::errors::ParquetError::External(inner) = &source {
+                let text = inner.to_string();
+                if says_full(&text) {
                     return Self::StorageFull { key, reason: text };
                 }
             }

@@ -36,6 +36,11 @@ pub struct RestoreReport {
 
 /// The restored tables of a schema, made when missing, read-only to all but
 /// the restore and the erasure.
+///
+/// The lock the triggers need is taken before the REVOKE updates the
+/// tables' `pg_class` rows: an ANALYZE of an earlier restore's rows
+/// (autovacuum's) holds a lock that conflicts with it and ends by updating
+/// those rows, so taking the lock after them would deadlock with it.
 pub(crate) fn restored_tables_sql(schema: &str, store_schema: &str) -> String {
     let s = quote_ident(schema);
     let guard = format!("{}.adk_archive_read_only()", quote_ident(store_schema));
@@ -50,6 +55,7 @@ pub(crate) fn restored_tables_sql(schema: &str, store_schema: &str) -> String {
          CREATE TABLE IF NOT EXISTS {s}.adk_restored_blobs (
              app_name text NOT NULL, day date NOT NULL, sha256 bytea NOT NULL, size bigint NOT NULL,
              data bytea NOT NULL, PRIMARY KEY (app_name, day, sha256));
+         LOCK TABLE {s}.adk_restored_events, {s}.adk_restored_blobs IN SHARE ROW EXCLUSIVE MODE;
          REVOKE ALL ON {s}.adk_restored_events, {s}.adk_restored_blobs FROM PUBLIC;
          CREATE OR REPLACE TRIGGER adk_read_only BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE
              ON {s}.adk_restored_events FOR EACH STATEMENT EXECUTE FUNCTION {guard};
