@@ -214,3 +214,28 @@ pub async fn assert_counts_match_references(sql: &Client) {
         .get(0);
     assert_eq!(wrong, 0, "a blob's count differs from the events naming it, or a blob is orphaned or missing");
 }
+
+/// Applies the embedded migrations through `last` (a diesel version,
+/// `20261202000023`) to the empty database at `url`, the way a binary of
+/// that time left it: the migrations alone, then today's partitions, and
+/// none of the later steps (the install of crates/schema/sql, Citus).
+pub async fn migrate_through(url: &str, last: &str) {
+    use diesel::migration::{Migration as _, MigrationSource};
+    use diesel_migrations::MigrationHarness as _;
+
+    type Wrapper = diesel_async::async_connection_wrapper::AsyncConnectionWrapper<AsyncPgConnection>;
+    let mut conn = Wrapper::from(diesel(url).await);
+    let last = last.to_owned();
+    tokio::task::spawn_blocking(move || {
+        use diesel::connection::SimpleConnection as _;
+        diesel::migration::MigrationConnection::setup(&mut conn).expect("diesel's migrations table");
+        let migrations = MigrationSource::<diesel::pg::Pg>::migrations(&adk_postgres_schema::migrations::MIGRATIONS)
+            .expect("the embedded migrations");
+        for migration in migrations.iter().filter(|m| m.name().version().to_string() <= last) {
+            conn.run_migration(migration).unwrap_or_else(|e| panic!("migration {}: {e}", migration.name()));
+        }
+        conn.batch_execute("SELECT adk_premake_event_partitions()").expect("today's partitions");
+    })
+    .await
+    .expect("the migrations");
+}

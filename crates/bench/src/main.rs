@@ -28,6 +28,7 @@ mod rollup;
 mod run;
 mod server;
 mod tls;
+mod toast;
 mod workload;
 
 use std::path::PathBuf;
@@ -60,6 +61,11 @@ struct Args {
     /// JSON in OUT_DIR/media.json (media-quick.json with --quick).
     #[arg(long, conflicts_with = "citus")]
     media: bool,
+    /// Instead: only the TOAST section (adk_events.payload compressed with
+    /// pglz against lz4, agent events of ~4 KB); JSON in
+    /// OUT_DIR/toast.json (toast-quick.json with --quick).
+    #[arg(long, conflicts_with_all = ["citus", "media"])]
+    toast: bool,
 }
 
 fn main() -> ExitCode {
@@ -88,6 +94,16 @@ fn main() -> ExitCode {
             println!("{report}");
             std::fs::create_dir_all(&out_dir)?;
             let file = out_dir.join(if quick { "media-quick.json" } else { "media.json" });
+            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
+            println!("JSON: {}", file.display());
+            return Ok(file);
+        }
+        if args.toast {
+            let quick = options.plan.quick;
+            let report = run::run_toast(options).await?;
+            println!("{report}");
+            std::fs::create_dir_all(&out_dir)?;
+            let file = out_dir.join(if quick { "toast-quick.json" } else { "toast.json" });
             std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
             println!("JSON: {}", file.display());
             return Ok(file);

@@ -23,6 +23,7 @@ use crate::retention::RetentionReport;
 use crate::rollup::{RollupBenchReport, RollupRun};
 use crate::server::{ServerInfo, human_bytes};
 use crate::tls::{SslCount, TlsReport};
+use crate::toast::ToastReport;
 use crate::workload::Plan;
 
 /// One operation on one implementation.
@@ -214,6 +215,9 @@ pub struct Report {
     pub labels: LabelListReport,
     /// Append-to-watcher latency of the change feed, and its cost on appends.
     pub feed: FeedLatencyReport,
+    /// `adk_events.payload` compressed with pglz against lz4; `None` when
+    /// the server has no lz4.
+    pub toast: Option<ToastReport>,
     /// Sessions with 16 images of 1 MB (and of 200 kB), and one image
     /// shared by 100 sessions, against media inline and adk-session.
     pub media: MediaReport,
@@ -692,6 +696,10 @@ impl Report {
         println!();
         println!("{}", self.feed);
         println!();
+        if let Some(toast) = &self.toast {
+            println!("{toast}");
+            println!();
+        }
         if !self.crowd.is_empty() {
             println!(
                 "Crowd: writers each appending to their own session, retrying until acknowledged, no faults \

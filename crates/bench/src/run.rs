@@ -36,7 +36,7 @@ use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
-use crate::{erase, feed, labels, media};
+use crate::{erase, feed, labels, media, toast};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -195,6 +195,11 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     };
     let feed = feed::measure_notify_latency(&beyond_url, feed_plan).await?;
     bench.server.drop_database(BEYOND_DATABASE).await?;
+    log("toast: adk_events.payload compressed with pglz vs lz4, agent events of ~4 KB");
+    let toast = toast::measure(&bench.server, today, bench.plan.toast()).await?;
+    if toast.is_none() {
+        bench.notes.push("no TOAST section: the server was built without lz4".to_owned());
+    }
 
     bench.setup_sessions().await?;
     bench.creates().await?;
@@ -231,6 +236,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         erase,
         labels,
         feed,
+        toast,
         media,
         peak_rss_bytes,
         notes: bench.notes.clone(),
@@ -257,6 +263,20 @@ pub async fn run_media(options: Options) -> anyhow::Result<media::MediaReport> {
         }
     };
     media::measure(&server, Utc::now().date_naive(), options.plan.media()).await
+}
+
+/// Only the TOAST section, on a server of its own (`--toast`).
+pub async fn run_toast(options: Options) -> anyhow::Result<toast::ToastReport> {
+    let server = match &options.database_url {
+        Some(url) => Server::existing(url).await?,
+        None => {
+            log("starting a throwaway cluster with durable settings");
+            Server::throwaway().await?
+        }
+    };
+    toast::measure(&server, Utc::now().date_naive(), options.plan.toast())
+        .await?
+        .ok_or_else(|| anyhow!("the server was built without lz4: nothing to compare"))
 }
 
 pub(crate) async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {

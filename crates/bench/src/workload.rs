@@ -77,6 +77,13 @@ pub struct Plan {
     /// Sessions adk-session stores the shared image in (ours always 100):
     /// each costs it a full copy, so fewer are linear to scale.
     pub media_peer_dedup_sessions: usize,
+    /// Rounds of the TOAST section (pglz against lz4), sessions of
+    /// `EVENTS_PER_SESSION` events each method receives per round, gets of
+    /// a whole session per method and round, and scans of every payload.
+    pub toast_rounds: usize,
+    pub toast_sessions: usize,
+    pub toast_gets: usize,
+    pub toast_scans: usize,
 }
 
 impl Plan {
@@ -108,6 +115,10 @@ impl Plan {
             media_rounds: 3,
             media_gets: 5,
             media_peer_dedup_sessions: 100,
+            toast_rounds: 5,
+            toast_sessions: 20,
+            toast_gets: 100,
+            toast_scans: 5,
         }
     }
 
@@ -141,6 +152,10 @@ impl Plan {
             media_rounds: 1,
             media_gets: 3,
             media_peer_dedup_sessions: 20,
+            toast_rounds: 1,
+            toast_sessions: 4,
+            toast_gets: 20,
+            toast_scans: 3,
         }
     }
 
@@ -162,6 +177,15 @@ impl Plan {
             rounds: self.media_rounds,
             gets: self.media_gets,
             peer_dedup_sessions: self.media_peer_dedup_sessions,
+        }
+    }
+
+    pub fn toast(&self) -> crate::toast::ToastPlan {
+        crate::toast::ToastPlan {
+            rounds: self.toast_rounds,
+            sessions: self.toast_sessions,
+            gets: self.toast_gets,
+            scans: self.toast_scans,
         }
     }
 

@@ -337,3 +337,51 @@ async fn an_event_with_media_to_store_apart_is_refused_with_nothing_written() {
     let session = store.get(&key, GetOptions::default()).await.expect("get");
     assert_eq!(session.version, 1, "the refused event wrote nothing");
 }
+
+/// Migration 000028, run again on a store already distributed as an upgrade
+/// runs it (its text as one string, in a transaction): Citus sends each
+/// SET COMPRESSION on to every shard of the log, and down.sql takes it back.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn payload_compression_reaches_every_shard_of_the_log() {
+    const UP: &str = include_str!("../../../migrations/2026-12-05-000028_payload_lz4/up.sql");
+    const DOWN: &str = include_str!("../../../migrations/2026-12-05-000028_payload_lz4/down.sql");
+    let db = test_database().await;
+    let workers = db.worker_urls();
+    assert_eq!(workers.len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let mut worker_clients = Vec::new();
+    for url in &workers {
+        worker_clients.push(client(url).await);
+    }
+    // The method of every shard of adk_events and of its partitions.
+    let shards = async || {
+        let mut methods = Vec::new();
+        for worker in &worker_clients {
+            let rows = worker
+                .query(
+                    "SELECT c.relname::text, a.attcompression::text FROM pg_class c
+                       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'payload'
+                      WHERE c.relname ~ '^adk_events(_p[0-9]{8})?_[0-9]+$'",
+                    &[],
+                )
+                .await
+                .expect("shards");
+            methods.extend(rows.iter().map(|row| (row.get::<_, String>(0), row.get::<_, String>(1))));
+        }
+        assert!(methods.len() > 2, "shards of the parent and of the premade days: {methods:?}");
+        methods
+    };
+    let all = |methods: &[(String, String)], method: &str| methods.iter().all(|(_, m)| m == method);
+    // A fresh install ran the migration before distributing: the shards
+    // were made with the tables' method.
+    let fresh = shards().await;
+    assert!(all(&fresh, "l"), "{fresh:?}");
+    for (text, method) in [(DOWN, ""), (UP, "l")] {
+        sql.batch_execute("BEGIN").await.expect("begin");
+        sql.batch_execute(text).await.expect("the migration's text on a distributed log");
+        sql.batch_execute("COMMIT").await.expect("commit");
+        let now = shards().await;
+        assert!(all(&now, method), "{method:?} expected: {now:?}");
+    }
+}

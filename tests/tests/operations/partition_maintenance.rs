@@ -130,6 +130,42 @@ async fn day_fingerprints(sql: &Client) -> Vec<(NaiveDate, i64, String)> {
     .collect()
 }
 
+/// Partitions made after the migration to lz4 (by maintenance, and by the
+/// SQL function the store and the migrate call) take the parent's
+/// compression of payloads, and on Citus so do their shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn partitions_made_later_compress_payloads_with_lz4() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let today = day("2030-01-10");
+    let report = run_maintenance(db.url(), today, &MaintenanceConfig::default()).await.expect("maintenance");
+    assert_eq!(report.created.len(), 8, "{report:?}");
+    sql.execute("SELECT adk_ensure_event_partition($1)", &[&day("2031-06-01")]).await.expect("one more day");
+    // The partitions by name; on a worker their shards, the name and a
+    // shard id.
+    let methods = |sql: Client, names: &'static str| async move {
+        sql.query(
+            "SELECT c.relname::text, a.attcompression::text FROM pg_class c
+               JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'payload'
+              WHERE c.relname ~ $1 ORDER BY 1",
+            &[&names],
+        )
+        .await
+        .expect("attcompression")
+        .iter()
+        .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
+        .collect::<Vec<_>>()
+    };
+    let made = methods(sql, "^adk_events_p(2030[0-9]{4}|20310601)$").await;
+    assert_eq!(made.len(), 9, "{made:?}");
+    assert!(made.iter().all(|(_, method)| method == "l"), "{made:?}");
+    for worker in db.worker_urls() {
+        let shards = methods(client(&worker).await, "^adk_events_p(2030[0-9]{4}|20310601)_[0-9]+$").await;
+        assert!(!shards.is_empty(), "no shard of the new days on {worker}");
+        assert!(shards.iter().all(|(_, method)| method == "l"), "{shards:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn drops_exactly_the_days_past_lifetime_and_retention() {
     let db = test_database().await;

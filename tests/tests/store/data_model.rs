@@ -1,13 +1,15 @@
 //! The data model as migrated: constraints, partitioning, storage settings,
 //! the schema.rs mirror and reversible migrations.
 
+use adk_postgres_domain::{AppendOptions, Event, SessionStore as _};
 use adk_postgres_schema::migrations::{revert_all_migrations, run_pending_migrations};
 use adk_postgres_schema::tables_print::render_schema;
 use adk_postgres_testing::{empty_database, test_database};
-use adk_postgres_tests::pg::{client, diesel, server_binary};
+use adk_postgres_tests::pg::{client, diesel, migrate_through, new_session, server_binary, store};
 use futures_util::future::join_all;
+use tokio_postgres::Client;
 
-async fn constraint_columns(client: &tokio_postgres::Client, name: &str) -> Vec<String> {
+async fn constraint_columns(client: &Client, name: &str) -> Vec<String> {
     let row = client
         .query_one(
             "SELECT array_agg(a.attname::text ORDER BY k.ord)
@@ -72,6 +74,130 @@ async fn there_is_no_default_partition() {
         .expect("partition bounds")
         .get(0);
     assert_eq!(defaults, 0);
+}
+
+/// The last migration before payloads were compressed with lz4 (migration
+/// 2026-12-05-000028_payload_lz4).
+const BEFORE_PAYLOAD_LZ4: &str = "20261205000027";
+
+/// `payload`'s compression method on `adk_events` and each partition, by
+/// table: `l` for lz4, `p` for pglz, empty for the server's default.
+async fn payload_compression(sql: &Client) -> Vec<(String, String)> {
+    sql.query(
+        "SELECT c.relname::text, a.attcompression::text
+           FROM pg_partition_tree('adk_events') t
+           JOIN pg_class c ON c.oid = t.relid
+           JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = 'payload'
+          ORDER BY 1",
+        &[],
+    )
+    .await
+    .expect("payload compression")
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect()
+}
+
+/// Every table of the log compresses `payload` with lz4.
+async fn assert_lz4_everywhere(sql: &Client) {
+    let tables = payload_compression(sql).await;
+    assert!(tables.len() >= 2, "adk_events and today's partition at least: {tables:?}");
+    let other: Vec<_> = tables.iter().filter(|(_, method)| method != "l").collect();
+    assert!(other.is_empty(), "payload is not lz4 on {other:?}");
+}
+
+/// An event whose payload TOAST compresses: ~12 kB of text that repeats.
+fn long_answer() -> Event {
+    let mut event = Event::new("agent");
+    let text: String = (0..400).map(|i| format!("line {i} of a long answer, ")).collect();
+    event.content = Some(serde_json::json!({"role": "model", "parts": [{"text": text}]}));
+    event
+}
+
+/// How each stored payload of a user's events is compressed, by seq.
+async fn compression_of_events(sql: &Client, user: &str) -> Vec<Option<String>> {
+    sql.query("SELECT pg_column_compression(payload) FROM adk_events WHERE user_id = $1 ORDER BY seq", &[&user])
+        .await
+        .expect("pg_column_compression")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn event_payloads_are_compressed_with_lz4() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    // The parent and every premade day.
+    assert_lz4_everywhere(&sql).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "lz4-user").await;
+    let stored = store.append(&key, long_answer(), AppendOptions::default()).await.expect("append");
+    assert_eq!(compression_of_events(&sql, "lz4-user").await, [Some("lz4".to_owned())]);
+    let loaded = store.get(&key, Default::default()).await.expect("get");
+    assert_eq!(loaded.events.last().map(|e| &e.content), Some(&stored.event.content));
+}
+
+/// Rows of the relation and of its TOAST table stay in the same files.
+async fn files_of_partitions(sql: &Client) -> Vec<(String, u32, Option<u32>)> {
+    sql.query(
+        "SELECT c.relname::text, pg_relation_filenode(c.oid)::oid, pg_relation_filenode(nullif(c.reltoastrelid, 0))::oid
+           FROM pg_partition_tree('adk_events') t JOIN pg_class c ON c.oid = t.relid
+          WHERE t.isleaf ORDER BY 1",
+        &[],
+    )
+    .await
+    .expect("relfilenodes")
+    .iter()
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .collect()
+}
+
+/// Event `seq` of user `before`'s session, ~12 kB of text that repeats,
+/// written as the owner straight into today's partition.
+async fn insert_long_event(sql: &Client, seq: i64) {
+    sql.execute(
+        "INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id, author, event_ts, payload)
+         SELECT 'app', 'before', 'before', (now() AT TIME ZONE 'UTC')::date, $1::bigint, 'e' || $1::bigint, 'agent', $1::bigint,
+                jsonb_build_object('id', 'e' || $1::bigint, 'author', 'agent', 'timestamp', '2026-12-05T12:00:00Z',
+                                   'text', (SELECT string_agg('line ' || g || ' of a long answer', ', ')
+                                              FROM generate_series(1, 400) g))",
+        &[&seq],
+    )
+    .await
+    .expect("a long event");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compressing_payloads_with_lz4_rewrites_nothing_stored() {
+    let db = empty_database().await;
+    migrate_through(db.url(), BEFORE_PAYLOAD_LZ4).await;
+    let sql = client(db.url()).await;
+    sql.batch_execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, session_day, last_seq, created_at, updated_at)
+         VALUES ('app', 'before', 'before', (now() AT TIME ZONE 'UTC')::date, 2, now(), now())",
+    )
+    .await
+    .expect("a session");
+    insert_long_event(&sql, 1).await;
+    assert_eq!(
+        compression_of_events(&sql, "before").await,
+        [Some("pglz".to_owned())],
+        "before the migration payloads take the server's default (pglz)"
+    );
+    let files = files_of_partitions(&sql).await;
+    assert!(!files.is_empty());
+
+    run_pending_migrations(db.url()).await.expect("the migration to lz4");
+    // The catalog changed; the partitions' files, and what they hold, did not.
+    assert_lz4_everywhere(&sql).await;
+    let after: Vec<_> =
+        files_of_partitions(&sql).await.into_iter().filter(|(name, ..)| files.iter().any(|f| &f.0 == name)).collect();
+    assert_eq!(after, files, "a partition (or its TOAST table) was rewritten");
+    // The row written before keeps pglz; the next one in the same
+    // partition is lz4.
+    insert_long_event(&sql, 2).await;
+    assert_eq!(compression_of_events(&sql, "before").await, [Some("pglz".to_owned()), Some("lz4".to_owned())]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,12 +10,9 @@ use adk_postgres_schema::migrations::{MIGRATIONS, run_pending_migrations};
 use adk_postgres_schema::replaceable::{FILES_ONLY, SQL_FILES, stated_functions};
 use adk_postgres_storage::{AppBinding, STORE_FUNCTIONS};
 use adk_postgres_testing::empty_database;
-use adk_postgres_tests::pg::{client, unique_role};
-use diesel::migration::{Migration as _, MigrationSource};
+use adk_postgres_tests::pg::{client, migrate_through, unique_role};
+use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
-use diesel_async::AsyncPgConnection;
-use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
-use diesel_migrations::MigrationHarness as _;
 use tokio_postgres::Client;
 
 /// The last migration whose file may state a function body: the one that
@@ -98,19 +95,7 @@ fn differences(left: &BTreeMap<String, String>, right: &BTreeMap<String, String>
 /// Runs the released migrations (through [`LAST_RELEASED`]) the way the
 /// released code did: the migrations, then today's partitions, no install.
 async fn migrate_as_released(url: &str) {
-    let conn: AsyncPgConnection = adk_postgres_connect::establish(url).await.expect("connect");
-    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
-    tokio::task::spawn_blocking(move || {
-        use diesel::connection::SimpleConnection as _;
-        diesel::migration::MigrationConnection::setup(&mut conn).expect("diesel's migrations table");
-        let migrations = MigrationSource::<Pg>::migrations(&MIGRATIONS).expect("the embedded migrations");
-        for migration in migrations.iter().filter(|m| m.name().version().to_string().as_str() <= LAST_RELEASED) {
-            conn.run_migration(migration).unwrap_or_else(|e| panic!("released migration {}: {e}", migration.name()));
-        }
-        conn.batch_execute("SELECT adk_premake_event_partitions()").expect("today's partitions");
-    })
-    .await
-    .expect("the released migrate");
+    migrate_through(url, LAST_RELEASED).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
