@@ -14,11 +14,15 @@
 -- maintenance) takes its parent's method. A server built without lz4 is
 -- left as it is.
 --
--- Each ALTER is its own statement, run by the DO block: on Citus it is sent
--- on to the shards as its own text, which must hold one statement. The
--- parent is locked first, as appends and reads lock it.
+-- Each ALTER is its own statement, run by the DO block: on Citus the text of
+-- the statement is what goes on to the workers (their copy of each table
+-- and the shards), and it must hold one statement. The parent is locked
+-- first, as appends and reads lock it.
 
-SET LOCAL lock_timeout = '5s';
+-- lock_timeout for this transaction by set_config, not SET LOCAL: on Citus
+-- (citus.propagate_set_commands = local) a SET LOCAL is replayed on the
+-- workers as the text of the whole query it came in, which is this file.
+SELECT pg_catalog.set_config('lock_timeout', '5s', true);
 
 DO $$
 DECLARE

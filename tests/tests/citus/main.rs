@@ -352,7 +352,10 @@ async fn payload_compression_reaches_every_shard_of_the_log() {
     let sql = client(db.url()).await;
     let mut worker_clients = Vec::new();
     for url in &workers {
-        worker_clients.push(client(url).await);
+        let worker = client(url).await;
+        // Citus hides shards from pg_class unless asked.
+        worker.batch_execute("SET citus.override_table_visibility = off").await.expect("show shards");
+        worker_clients.push(worker);
     }
     // The method of every shard of adk_events and of its partitions.
     let shards = async || {

@@ -160,7 +160,10 @@ async fn partitions_made_later_compress_payloads_with_lz4() {
     assert_eq!(made.len(), 9, "{made:?}");
     assert!(made.iter().all(|(_, method)| method == "l"), "{made:?}");
     for worker in db.worker_urls() {
-        let shards = methods(client(&worker).await, "^adk_events_p(2030[0-9]{4}|20310601)_[0-9]+$").await;
+        let worker_sql = client(&worker).await;
+        // Citus hides shards from pg_class unless asked.
+        worker_sql.batch_execute("SET citus.override_table_visibility = off").await.expect("show shards");
+        let shards = methods(worker_sql, "^adk_events_p(2030[0-9]{4}|20310601)_[0-9]+$").await;
         assert!(!shards.is_empty(), "no shard of the new days on {worker}");
         assert!(shards.iter().all(|(_, method)| method == "l"), "{shards:?}");
     }
