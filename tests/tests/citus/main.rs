@@ -388,3 +388,59 @@ async fn payload_compression_reaches_every_shard_of_the_log() {
         assert!(all(&now, method), "{method:?} expected: {now:?}");
     }
 }
+
+/// The archive on Citus: the coordinator reads a retiring day through the
+/// distributed log, writes and verifies it before the day is dropped on
+/// every worker, restores it into a read-only copy on the coordinator, and
+/// an erasure reaches both.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn a_day_is_archived_from_every_worker_before_it_is_dropped_and_restored_whole() {
+    use adk_postgres_archive::{ArchiveSetting, StoreOptions, erase_user, restore_day, set_archive_policy};
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    // Two users known to live on different workers, and six more.
+    let mut users: Vec<String> = users_on_two_workers(&sql).await.into_iter().map(|(user, _)| user).collect();
+    users.extend((100..106).map(|n| format!("user-{n}")));
+    for user in &users {
+        let key = new_session(&store, "app", user).await;
+        for n in 0..5 {
+            store.append(&key, with_delta(serde_json::json!({ "n": n })), Default::default()).await.expect("append");
+        }
+    }
+    let before: i64 = sql.query_one("SELECT count(*) FROM adk_events", &[]).await.expect("count").get(0);
+    assert_eq!(before, 40);
+
+    let dir = tempfile_dir("citus-archive");
+    let mut conn = adk_postgres_tests::pg::diesel(db.url()).await;
+    let url = format!("file://{}", dir.display());
+    set_archive_policy(&mut conn, &ArchiveSetting::On { url, apps: None }).await.expect("archive on");
+    let today = chrono::Utc::now().date_naive();
+    let later = today.checked_add_days(chrono::Days::new(40)).expect("day");
+    let report = run_maintenance(db.url(), later, &MaintenanceConfig::default()).await.expect("maintenance");
+    assert!(report.archive_failed.is_empty(), "{:?}", report.archive_failed);
+    assert_eq!(report.archived.iter().map(|a| a.events).sum::<i64>(), 40, "{report}");
+    let left: i64 = sql.query_one("SELECT count(*) FROM adk_events", &[]).await.expect("count").get(0);
+    assert_eq!(left, 0, "dropped once archived: {report}");
+
+    let restored = restore_day(&mut conn, "app", today, "audit", &StoreOptions::default()).await.expect("restore");
+    assert_eq!(restored.events, 40);
+    let per_user: i64 = sql
+        .query_one("SELECT count(DISTINCT user_id) FROM audit.adk_restored_events WHERE app_name = 'app'", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(per_user, 8, "users of both workers");
+
+    let erased = erase_user(&mut conn, "app", &users[1], None, &StoreOptions::default()).await.expect("erase");
+    assert_eq!((erased.archived_rows_removed, erased.restored_rows_removed), (5, 5), "{erased:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("adk-{name}-{}-{}", std::process::id(), uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
