@@ -596,3 +596,45 @@ async fn the_server_only_reads_and_every_read_is_bounded() {
     assert_eq!(relations_before, relations_after, "no relation was made or dropped");
     drop(server);
 }
+
+/// The archive's figures on `/metrics` and its card, against the catalog:
+/// bytes and objects recorded, a day kept because its archive failed
+/// (pending, an alert in the archive area, a red card), and the age of the
+/// newest archived object.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_archive_card_and_metrics_follow_the_catalog_and_its_failures() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    sql.batch_execute(
+        "UPDATE adk_store_policy SET archive_url = 'file:///var/lib/adk-archive';
+         INSERT INTO adk_archive_objects (app_name, day, kind, part, object_key, destination, rows, bytes, sha256,
+                                          format_version, day_events, verified_at)
+         VALUES ('shop', '2026-10-01', 'events', 0, 'app=shop/day=2026-10-01/events-0000.parquet',
+                 'file:///var/lib/adk-archive', 120, 40000, sha256('a'), 1, 120, now() - interval '2 hours'),
+                ('shop', '2026-10-01', 'media', 0, 'app=shop/day=2026-10-01/media-0000.parquet',
+                 'file:///var/lib/adk-archive', 3, 9000, sha256('b'), 1, 120, now() - interval '2 hours');
+         INSERT INTO adk_archive_failures (app_name, day, error, resolved_at)
+         VALUES ('shop', '2026-10-02', 'object …: the archive''s storage is full', NULL),
+                ('shop', '2026-09-30', 'connection refused', now());",
+    )
+    .await
+    .expect("an archive with one pending day");
+    let server = serve(ServeConfig::new(db.url())).await;
+    let answer = get(server.addr, "/metrics", None).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let scrape = parse_metrics(&answer.body);
+    let metric = |name: &str, labels: &[(&str, &str)]| sample(&scrape, name, labels);
+    assert_eq!(metric("adk_pg_archive_bytes", &[]), Some(49_000.0));
+    assert_eq!(metric("adk_pg_archive_objects", &[]), Some(2.0));
+    assert_eq!(metric("adk_pg_archive_days_pending", &[]), Some(1.0), "the resolved failure is not pending");
+    assert_eq!(metric("adk_pg_archive_failures", &[]), Some(2.0));
+    assert_close("archive age", metric("adk_pg_archive_last_success_age_seconds", &[]), 7_200.0, 60.0);
+    assert_eq!(metric("adk_pg_alerts_firing", &[("area", "archive"), ("severity", "warning")]), Some(1.0));
+
+    let page = get(server.addr, "/", None).await;
+    assert_eq!(page.status, 200);
+    let start = page.body.find("<article class=\"card red\" data-area=\"archive\"").expect("a red archive card");
+    let card = &page.body[start..];
+    let card = &card[..card.find("</article>").expect("the card ends")];
+    assert!(card.contains("1 day archived") && card.contains("storage is full"), "{card}");
+}
