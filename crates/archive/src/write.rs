@@ -127,20 +127,29 @@ impl CatalogRow {
 }
 
 /// The apps with events in a partition, each found by one index probe (a
-/// skip scan over the primary key), not by reading the day.
-pub async fn apps_in_partition(conn: &mut AsyncPgConnection, partition: &str) -> Result<Vec<String>, ArchiveError> {
-    let rows: Vec<AppRow> = diesel::sql_query(format!(
-        "WITH RECURSIVE apps AS (
-             (SELECT e.app_name FROM ONLY {partition} e ORDER BY e.app_name LIMIT 1)
-             UNION ALL
-             SELECT (SELECT e.app_name FROM ONLY {partition} e WHERE e.app_name > apps.app_name
-                      ORDER BY e.app_name LIMIT 1)
-               FROM apps WHERE apps.app_name IS NOT NULL)
-         SELECT app_name FROM apps WHERE app_name IS NOT NULL"
-    ))
-    .load(conn)
-    .await
-    .map_err(ArchiveError::query("list the apps of a day"))?;
+/// skip scan over the primary key) rather than by reading the day. Citus
+/// plans no recursive query without the distribution column, so there
+/// (`skip_scan` false) the day is read once with DISTINCT, on the workers.
+pub async fn apps_in_partition(
+    conn: &mut AsyncPgConnection,
+    partition: &str,
+    skip_scan: bool,
+) -> Result<Vec<String>, ArchiveError> {
+    let query = if skip_scan {
+        format!(
+            "WITH RECURSIVE apps AS (
+                 (SELECT e.app_name FROM ONLY {partition} e ORDER BY e.app_name LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT e.app_name FROM ONLY {partition} e WHERE e.app_name > apps.app_name
+                          ORDER BY e.app_name LIMIT 1)
+                   FROM apps WHERE apps.app_name IS NOT NULL)
+             SELECT app_name FROM apps WHERE app_name IS NOT NULL"
+        )
+    } else {
+        format!("SELECT DISTINCT e.app_name FROM {partition} e ORDER BY 1")
+    };
+    let rows: Vec<AppRow> =
+        diesel::sql_query(query).load(conn).await.map_err(ArchiveError::query("list the apps of a day"))?;
     Ok(rows.into_iter().map(|row| row.app_name).collect())
 }
 

@@ -446,7 +446,8 @@ async fn maintain_locked(
         // Archived before anything of the day is released or dropped: the
         // media its events name goes with them.
         if archive.is_on()
-            && !archive_before_drop(conn, &archive, partition, &qualified(&partition.name), config, report).await?
+            && !archive_before_drop(conn, &archive, partition, &qualified(&partition.name), config, citus, report)
+                .await?
         {
             continue;
         }
@@ -570,10 +571,11 @@ async fn archive_before_drop(
     partition: &Partition,
     qualified: &str,
     config: &MaintenanceConfig,
+    citus: bool,
     report: &mut MaintenanceReport,
 ) -> Result<bool, RetentionError> {
     let days = partition_days(conn, partition, qualified).await?;
-    let apps = adk_postgres_archive::apps_in_partition(conn, qualified)
+    let apps = adk_postgres_archive::apps_in_partition(conn, qualified, !citus)
         .await
         .map_err(|e| RetentionError::Conflict(format!("list the apps of {}: {e}", partition.name)))?;
     let url = policy.url.clone().unwrap_or_default();
