@@ -9,6 +9,7 @@
 //! the ratios compare like with like even where absolute timings are noisy.
 //! What TLS would change is measured apart, on our store alone (`tls`).
 
+mod archive;
 mod citus;
 mod cpu;
 mod crowd;
@@ -60,6 +61,12 @@ struct Args {
     /// JSON in OUT_DIR/media.json (media-quick.json with --quick).
     #[arg(long, conflicts_with = "citus")]
     media: bool,
+    /// Instead: only the archive section (a day of 1,000,000 events of
+    /// ~4 kB archived by `adk-pg maintain`, restored; a user erased from
+    /// 30 archived days); JSON in OUT_DIR/archive.json (archive-quick.json
+    /// with --quick).
+    #[arg(long, conflicts_with_all = ["citus", "media"])]
+    archive: bool,
 }
 
 fn main() -> ExitCode {
@@ -88,6 +95,16 @@ fn main() -> ExitCode {
             println!("{report}");
             std::fs::create_dir_all(&out_dir)?;
             let file = out_dir.join(if quick { "media-quick.json" } else { "media.json" });
+            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
+            println!("JSON: {}", file.display());
+            return Ok(file);
+        }
+        if args.archive {
+            let quick = options.plan.quick;
+            let report = run::run_archive(options).await?;
+            println!("{report}");
+            std::fs::create_dir_all(&out_dir)?;
+            let file = out_dir.join(if quick { "archive-quick.json" } else { "archive.json" });
             std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
             println!("JSON: {}", file.display());
             return Ok(file);

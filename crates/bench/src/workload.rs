@@ -77,6 +77,14 @@ pub struct Plan {
     /// Sessions adk-session stores the shared image in (ours always 100):
     /// each costs it a full copy, so fewer are linear to scale.
     pub media_peer_dedup_sessions: usize,
+    /// Events of the day the archive section archives and restores; days
+    /// of its erasure's archive, events in each, days holding the erased
+    /// user, and full reads of that archive timed.
+    pub archive_day_events: i64,
+    pub archive_erase_days: u64,
+    pub archive_erase_events_per_day: i64,
+    pub archive_erase_user_days: u64,
+    pub archive_full_reads: usize,
 }
 
 impl Plan {
@@ -108,6 +116,11 @@ impl Plan {
             media_rounds: 3,
             media_gets: 5,
             media_peer_dedup_sessions: 100,
+            archive_day_events: 1_000_000,
+            archive_erase_days: 30,
+            archive_erase_events_per_day: 10_000,
+            archive_erase_user_days: 3,
+            archive_full_reads: 3,
         }
     }
 
@@ -141,6 +154,11 @@ impl Plan {
             media_rounds: 1,
             media_gets: 3,
             media_peer_dedup_sessions: 20,
+            archive_day_events: 5_000,
+            archive_erase_days: 3,
+            archive_erase_events_per_day: 1_000,
+            archive_erase_user_days: 1,
+            archive_full_reads: 1,
         }
     }
 
@@ -162,6 +180,16 @@ impl Plan {
             rounds: self.media_rounds,
             gets: self.media_gets,
             peer_dedup_sessions: self.media_peer_dedup_sessions,
+        }
+    }
+
+    pub fn archive(&self) -> crate::archive::ArchivePlan {
+        crate::archive::ArchivePlan {
+            day_events: self.archive_day_events,
+            erase_days: self.archive_erase_days,
+            erase_events_per_day: self.archive_erase_events_per_day,
+            erase_user_days: self.archive_erase_user_days,
+            full_reads: self.archive_full_reads,
         }
     }
 
