@@ -9,6 +9,7 @@
 //! the ratios compare like with like even where absolute timings are noisy.
 //! What TLS would change is measured apart, on our store alone (`tls`).
 
+mod archive;
 mod citus;
 mod cpu;
 mod crowd;
@@ -66,6 +67,12 @@ struct Args {
     /// OUT_DIR/toast.json (toast-quick.json with --quick).
     #[arg(long, conflicts_with_all = ["citus", "media"])]
     toast: bool,
+    /// Instead: only the archive section (a day of 1,000,000 events of
+    /// ~4 kB archived by `adk-pg maintain`, restored; a user erased from
+    /// 30 archived days); JSON in OUT_DIR/archive.json (archive-quick.json
+    /// with --quick).
+    #[arg(long, conflicts_with_all = ["citus", "media", "toast"])]
+    archive: bool,
 }
 
 fn main() -> ExitCode {
@@ -104,6 +111,16 @@ fn main() -> ExitCode {
             println!("{report}");
             std::fs::create_dir_all(&out_dir)?;
             let file = out_dir.join(if quick { "toast-quick.json" } else { "toast.json" });
+            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
+            println!("JSON: {}", file.display());
+            return Ok(file);
+        }
+        if args.archive {
+            let quick = options.plan.quick;
+            let report = run::run_archive(options).await?;
+            println!("{report}");
+            std::fs::create_dir_all(&out_dir)?;
+            let file = out_dir.join(if quick { "archive-quick.json" } else { "archive.json" });
             std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
             println!("JSON: {}", file.display());
             return Ok(file);

@@ -9,6 +9,7 @@ use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 use serde::Serialize;
 
+use crate::archive::ArchiveReport;
 use crate::crowd::CrowdResult;
 use crate::driver::Peer;
 use crate::erase::EraseBenchReport;
@@ -221,6 +222,9 @@ pub struct Report {
     /// Sessions with 16 images of 1 MB (and of 200 kB), and one image
     /// shared by 100 sessions, against media inline and adk-session.
     pub media: MediaReport,
+    /// A day archived by `adk-pg maintain` and restored; a user erased
+    /// from a month of archive.
+    pub archive: ArchiveReport,
     /// Peak RSS of the bench process before the media section.
     pub peak_rss_bytes: Option<u64>,
     pub notes: Vec<String>,
@@ -722,6 +726,8 @@ impl Report {
         if let Some(rss) = self.peak_rss_bytes {
             println!("Peak RSS of the bench process (before the media section): {}", human_bytes(rss as f64));
         }
+        println!();
+        println!("{}", self.archive);
         println!();
         if self.plan.quick {
             println!("Targets (quick run: reduced sizes, so indicative only):");

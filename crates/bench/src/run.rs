@@ -36,7 +36,7 @@ use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
-use crate::{erase, feed, labels, media, toast};
+use crate::{archive, erase, feed, labels, media, toast};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -218,6 +218,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     // Last: its hundreds of megabytes of WAL would otherwise bring
     // checkpoints into the other workloads.
     let media = media::measure(&bench.server, today, bench.plan.media()).await?;
+    // After the media: a day of 1,000,000 events seeded, archived and
+    // restored writes gigabytes of WAL.
+    let archive = archive::measure(&bench.server, today, bench.plan.archive()).await?;
 
     let measured = bench.measured();
     let report = Report {
@@ -238,6 +241,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         feed,
         toast,
         media,
+        archive,
         peak_rss_bytes,
         notes: bench.notes.clone(),
         elapsed_secs: started.elapsed().as_secs_f64(),
@@ -277,6 +281,18 @@ pub async fn run_toast(options: Options) -> anyhow::Result<toast::ToastReport> {
     toast::measure(&server, Utc::now().date_naive(), options.plan.toast())
         .await?
         .ok_or_else(|| anyhow!("the server was built without lz4: nothing to compare"))
+}
+
+/// Only the archive section, on a server of its own (`--archive`).
+pub async fn run_archive(options: Options) -> anyhow::Result<archive::ArchiveReport> {
+    let server = match &options.database_url {
+        Some(url) => Server::existing(url).await?,
+        None => {
+            log("starting a throwaway cluster with durable settings");
+            Server::throwaway().await?
+        }
+    };
+    archive::measure(&server, Utc::now().date_naive(), options.plan.archive()).await
 }
 
 pub(crate) async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<()> {

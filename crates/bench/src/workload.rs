@@ -84,6 +84,14 @@ pub struct Plan {
     pub toast_sessions: usize,
     pub toast_gets: usize,
     pub toast_scans: usize,
+    /// Events of the day the archive section archives and restores; days
+    /// of its erasure's archive, events in each, days holding the erased
+    /// user, and full reads of that archive timed.
+    pub archive_day_events: i64,
+    pub archive_erase_days: u64,
+    pub archive_erase_events_per_day: i64,
+    pub archive_erase_user_days: u64,
+    pub archive_full_reads: usize,
 }
 
 impl Plan {
@@ -119,6 +127,11 @@ impl Plan {
             toast_sessions: 20,
             toast_gets: 100,
             toast_scans: 5,
+            archive_day_events: 1_000_000,
+            archive_erase_days: 30,
+            archive_erase_events_per_day: 10_000,
+            archive_erase_user_days: 3,
+            archive_full_reads: 3,
         }
     }
 
@@ -156,6 +169,11 @@ impl Plan {
             toast_sessions: 4,
             toast_gets: 20,
             toast_scans: 3,
+            archive_day_events: 5_000,
+            archive_erase_days: 3,
+            archive_erase_events_per_day: 1_000,
+            archive_erase_user_days: 1,
+            archive_full_reads: 1,
         }
     }
 
@@ -186,6 +204,16 @@ impl Plan {
             sessions: self.toast_sessions,
             gets: self.toast_gets,
             scans: self.toast_scans,
+        }
+    }
+
+    pub fn archive(&self) -> crate::archive::ArchivePlan {
+        crate::archive::ArchivePlan {
+            day_events: self.archive_day_events,
+            erase_days: self.archive_erase_days,
+            erase_events_per_day: self.archive_erase_events_per_day,
+            erase_user_days: self.archive_erase_user_days,
+            full_reads: self.archive_full_reads,
         }
     }
 
