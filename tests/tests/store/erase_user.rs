@@ -345,7 +345,9 @@ async fn a_user_with_100k_events_over_four_days_is_erased_in_bounded_batches() {
             "started_at",
             "finished_at",
             "started_by",
-            "finished_by"
+            "finished_by",
+            "archived_rows",
+            "restored_rows"
         ],
         "a new column of the audit record must not hold content"
     );
