@@ -17,7 +17,9 @@
 //!   operator runs it (archive, read back, record, then detach and drop).
 //!   Its wall time gives events/s, and MB/s of the partition it read (its
 //!   `pg_total_relation_size`, heap, TOAST and indexes) and of the Parquet
-//!   it wrote; its peak memory is the child's high-water mark.
+//!   it wrote; its peak memory is the child's high-water mark. The floor
+//!   is the leanest read of the same partition, `COPY … TO STDOUT` in
+//!   binary drained by the bench just before, on the same warm cache.
 //! - Restore: that day's apps loaded back with `restore_day`, in this
 //!   process.
 //! - Erasure: a month of archived days of one app with many users, and
@@ -81,9 +83,12 @@ pub struct DayFigures {
     /// Seeding and `VACUUM (FREEZE, ANALYZE)`, untimed otherwise.
     pub seed_secs: f64,
     /// Average event as JSON text, and as stored (`pg_column_size`, after
-    /// pglz), over a sample of 10,000 events.
+    /// TOAST compression), over a sample of 10,000 events.
     pub event_json_bytes: f64,
     pub event_stored_bytes: f64,
+    /// The TOAST compression of the partition's `payload` (lz4 since the
+    /// store's migration for it, on servers built with lz4).
+    pub payload_compression: String,
     /// `pg_total_relation_size` of the day's partition before the run.
     pub partition_bytes: i64,
     /// Objects and bytes of Parquet written (the catalog's sum).
@@ -102,6 +107,13 @@ pub struct DayFigures {
     /// raised the children's high-water mark, else its `VmHWM` polled).
     pub peak_rss_bytes: Option<u64>,
     pub dropped: Vec<String>,
+    /// The floor: the leanest read of the same partition, `COPY … TO STDOUT
+    /// (FORMAT binary)` drained by this process, timed just before; and the
+    /// bytes it streamed.
+    pub copy_out_secs: f64,
+    pub copy_out_bytes: u64,
+    /// archive time / floor time.
+    pub time_vs_copy_out: f64,
 }
 
 /// The day loaded back.
@@ -152,15 +164,17 @@ impl std::fmt::Display for ArchiveReport {
         let (d, r, e) = (&self.day, &self.restore, &self.erasure);
         writeln!(
             f,
-            "Archive (Parquet, zstd, to a file:// directory; events of ~{} JSON, {} stored after pglz):",
+            "Archive (Parquet, zstd, to a file:// directory; events of ~{} JSON, {} stored after {}):",
             human_bytes(d.event_json_bytes),
-            human_bytes(d.event_stored_bytes)
+            human_bytes(d.event_stored_bytes),
+            d.payload_compression
         )?;
         writeln!(
             f,
             "  a day of {} events ({} sessions, {} apps) archived and dropped by `adk-pg maintain` (a child \
              process): {:.1} s, {:.0} events/s; partition {} ({:.1} MB/s), Parquet {} in {} object(s) ({:.1} MB/s); \
-             compression {:.2}x (partition / Parquet); peak RSS of adk-pg {}",
+             compression {:.2}x (partition / Parquet); peak RSS of adk-pg {}; the floor, COPY of the partition \
+             to STDOUT (binary, {}): {:.1} s, so archiving took {:.2}x a bare read",
             d.events,
             d.sessions,
             d.apps,
@@ -173,6 +187,9 @@ impl std::fmt::Display for ArchiveReport {
             d.parquet_mb_per_sec,
             d.compression_ratio,
             d.peak_rss_bytes.map_or_else(|| "?".to_owned(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64)),
+            human_bytes(d.copy_out_bytes as f64),
+            d.copy_out_secs,
+            d.time_vs_copy_out,
         )?;
         writeln!(
             f,
@@ -185,7 +202,7 @@ impl std::fmt::Display for ArchiveReport {
         )?;
         writeln!(
             f,
-            "  erase_user over {} archived days ({} events, {} users, {} of Parquet), the user in {} days ({} \
+            "  erase_user over {} archived days ({} events, {} users, {} of Parquet), the user in {} of them ({} \
              events): {} objects, {} skipped by footer, {} read, {} rewritten, {} rows removed: {:.2} s; reading \
              every object (verify_archive, median of {}): {:.2} s; erasure / full read {:.2}x",
             e.days,
@@ -475,6 +492,16 @@ async fn maintain_in_child(url: &str, today: NaiveDate) -> anyhow::Result<Mainta
     Ok(Maintained { secs, report, peak_rss_bytes })
 }
 
+/// Drains `COPY <partition> TO STDOUT (FORMAT binary)`: the time and the
+/// bytes of reading the partition with nothing done to it.
+async fn copy_out(sql: &Client, partition: &str) -> anyhow::Result<(f64, u64)> {
+    use futures_util::TryStreamExt as _;
+    let began = Instant::now();
+    let stream = sql.copy_out(&format!("COPY {partition} TO STDOUT (FORMAT binary)")).await?;
+    let bytes = stream.try_fold(0_u64, |sum, chunk| async move { Ok(sum + chunk.len() as u64) }).await?;
+    Ok((began.elapsed().as_secs_f64(), bytes))
+}
+
 async fn one_i64(sql: &Client, query: &str, day: NaiveDate) -> anyhow::Result<i64> {
     Ok(sql.query_one(query, &[&day]).await.with_context(|| query.to_owned())?.get(0))
 }
@@ -517,6 +544,15 @@ async fn measure_day(
         )
         .await?;
     let (event_json_bytes, event_stored_bytes): (f64, f64) = (row.get(0), row.get(1));
+    let payload_compression: String = sql
+        .query_one(
+            "SELECT CASE attcompression WHEN 'l' THEN 'lz4' WHEN 'p' THEN 'pglz'
+                    ELSE current_setting('default_toast_compression') END
+               FROM pg_attribute WHERE attrelid = $1::text::regclass AND attname = 'payload'",
+            &[&partition],
+        )
+        .await?
+        .get(0);
     let partition_bytes: i64 =
         sql.query_one(&format!("SELECT pg_total_relation_size('{partition}')"), &[]).await?.get(0);
 
@@ -526,6 +562,8 @@ async fn measure_day(
     let mut conn = adk_postgres_connect::establish(&url).await?;
     adk_postgres_archive::set_archive_policy(&mut conn, &ArchiveSetting::On { url: archive_url, apps: None }).await?;
     sql.batch_execute("CHECKPOINT").await?;
+    log(format!("archive: the floor, COPY {partition} TO STDOUT (binary)"));
+    let (copy_out_secs, copy_out_bytes) = copy_out(&sql, &partition).await?;
     log(format!(
         "archive: adk-pg maintain archives and drops the day ({events} events, {} on disk)",
         human_bytes(partition_bytes as f64)
@@ -555,6 +593,7 @@ async fn measure_day(
         seed_secs,
         event_json_bytes,
         event_stored_bytes,
+        payload_compression,
         partition_bytes,
         objects,
         parquet_bytes,
@@ -565,6 +604,9 @@ async fn measure_day(
         compression_ratio: partition_bytes as f64 / parquet_bytes.max(1) as f64,
         peak_rss_bytes: run.peak_rss_bytes,
         dropped,
+        copy_out_secs,
+        copy_out_bytes,
+        time_vs_copy_out: secs / copy_out_secs,
     };
 
     log(format!("archive: restore_day of the day's {} apps", APPS.len()));
