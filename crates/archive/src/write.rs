@@ -243,10 +243,13 @@ pub async fn archive_app_day(
     let mut hashes = BTreeSet::new();
     let mut streamed: i64 = 0;
     let mut after: Option<(String, String, i64)> = None;
-    loop {
-        let (user, session, seq) = after.clone().unwrap_or_default();
-        let rows: Vec<EventRow> = diesel::sql_query(format!(
-            "SELECT e.user_id, e.session_id, e.seq, e.event_id, e.invocation_id, e.author, e.event_ts,
+    // A failed stream abandons the open part, so no incomplete upload (a
+    // multipart upload on S3, a staged file in a folder) outlives the run.
+    let streaming: Result<(), ArchiveError> = async {
+        loop {
+            let (user, session, seq) = after.clone().unwrap_or_default();
+            let rows: Vec<EventRow> = diesel::sql_query(format!(
+                "SELECT e.user_id, e.session_id, e.seq, e.event_id, e.invocation_id, e.author, e.event_ts,
                     e.created_at, e.payload::text AS payload,
                     CASE WHEN e.blob_refs IS NOT NULL
                          THEN ARRAY(SELECT pg_catalog.encode(r.hash, 'hex')
@@ -260,46 +263,53 @@ pub async fn archive_app_day(
                 AND ($2 OR (e.user_id, e.session_id, e.seq) > ($3, $4, $5))
               ORDER BY e.user_id, e.session_id, e.seq
               LIMIT $6"
-        ))
-        .bind::<Text, _>(app)
-        .bind::<diesel::sql_types::Bool, _>(after.is_none())
-        .bind::<Text, _>(&user)
-        .bind::<Text, _>(&session)
-        .bind::<BigInt, _>(seq)
-        .bind::<BigInt, _>(config.batch_rows.max(1))
-        .bind::<Date, _>(day)
-        .load(conn)
-        .await
-        .map_err(ArchiveError::query("read a batch of the day's events"))?;
-        let Some(last) = rows.last() else { break };
-        after = Some((last.user_id.clone(), last.session_id.clone(), last.seq));
-        streamed += i64::try_from(rows.len()).unwrap_or(i64::MAX);
-        let batch: Vec<ArchivedEvent> = rows
-            .into_iter()
-            .map(|row| {
-                if let Some(refs) = &row.blob_refs {
-                    hashes.extend(refs.iter().cloned());
-                }
-                ArchivedEvent {
-                    app_name: app.to_owned(),
-                    user_id: row.user_id,
-                    session_id: row.session_id,
-                    session_day: day,
-                    seq: row.seq,
-                    event_id: row.event_id,
-                    invocation_id: row.invocation_id,
-                    author: row.author,
-                    event_ts: row.event_ts,
-                    created_at: row.created_at,
-                    payload: row.payload,
-                    blob_refs: row.blob_refs,
-                    session_display_name: row.display_name,
-                    session_labels: row.labels,
-                    session_created_at: row.session_created_at,
-                }
-            })
-            .collect();
-        events.write(&events_batch(&batch)?).await?;
+            ))
+            .bind::<Text, _>(app)
+            .bind::<diesel::sql_types::Bool, _>(after.is_none())
+            .bind::<Text, _>(&user)
+            .bind::<Text, _>(&session)
+            .bind::<BigInt, _>(seq)
+            .bind::<BigInt, _>(config.batch_rows.max(1))
+            .bind::<Date, _>(day)
+            .load(conn)
+            .await
+            .map_err(ArchiveError::query("read a batch of the day's events"))?;
+            let Some(last) = rows.last() else { break };
+            after = Some((last.user_id.clone(), last.session_id.clone(), last.seq));
+            streamed += i64::try_from(rows.len()).unwrap_or(i64::MAX);
+            let batch: Vec<ArchivedEvent> = rows
+                .into_iter()
+                .map(|row| {
+                    if let Some(refs) = &row.blob_refs {
+                        hashes.extend(refs.iter().cloned());
+                    }
+                    ArchivedEvent {
+                        app_name: app.to_owned(),
+                        user_id: row.user_id,
+                        session_id: row.session_id,
+                        session_day: day,
+                        seq: row.seq,
+                        event_id: row.event_id,
+                        invocation_id: row.invocation_id,
+                        author: row.author,
+                        event_ts: row.event_ts,
+                        created_at: row.created_at,
+                        payload: row.payload,
+                        blob_refs: row.blob_refs,
+                        session_display_name: row.display_name,
+                        session_labels: row.labels,
+                        session_created_at: row.session_created_at,
+                    }
+                })
+                .collect();
+            events.write(&events_batch(&batch)?).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(error) = streaming {
+        events.abandon().await;
+        return Err(error);
     }
     let mut written = events.finish().await?;
     if streamed != count {
@@ -322,6 +332,7 @@ pub async fn archive_app_day(
             config.part_bytes,
         );
         let wanted: Vec<String> = hashes.into_iter().collect();
+        let copying: Result<(), ArchiveError> = async {
         for chunk in wanted.chunks(8) {
             let blobs: Vec<BlobRow> = diesel::sql_query(
                 "SELECT pg_catalog.encode(b.sha256, 'hex') AS sha256, b.data FROM adk_blobs b
@@ -344,6 +355,13 @@ pub async fn archive_app_day(
                 .map(|blob| ArchivedBlob { app_name: app.to_owned(), sha256: blob.sha256, data: blob.data })
                 .collect();
             media.write(&media_batch(&batch)?).await?;
+        }
+        Ok(())
+        }
+        .await;
+        if let Err(error) = copying {
+            media.abandon().await;
+            return Err(error);
         }
         media_written = media.finish().await?;
     }
