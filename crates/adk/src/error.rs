@@ -5,7 +5,7 @@
 //! says precisely what happened, and `details.metadata` carries the fields a
 //! program needs (`store_error`, `field`, `successor`, …).
 
-use adk_core::{AdkError, ErrorCategory, ErrorComponent, ErrorDetails};
+use adk_core::{AdkError, ErrorCategory, ErrorComponent, ErrorDetails, RetryHint};
 use adk_postgres_domain::StoreError;
 use serde_json::Value;
 
@@ -32,6 +32,14 @@ pub mod codes {
     pub const DUPLICATE_EVENT: &str = "session.duplicate_event";
     /// Someone appended since the caller loaded the session.
     pub const STALE: &str = "session.stale";
+    /// Another invocation is running on the session (it holds the
+    /// session's invocation lease); nothing was written. Category
+    /// `Unavailable`, retryable: `details.metadata` names the `holder` and
+    /// when its lease lapses at the latest (`lapses_at`).
+    pub const BUSY: &str = "session.busy";
+    /// This invocation was taken over: another one took the session's lease
+    /// after this one's lapsed. Not retryable; the turn is over.
+    pub const LEASE_LOST: &str = "session.lease_lost";
     /// The session was rolled over; `details.metadata.successor` names its
     /// successor.
     pub const CLOSED: &str = "session.closed";
@@ -83,6 +91,10 @@ pub fn to_adk_error(error: StoreError) -> AdkError {
             metadata.insert("field".to_owned(), Value::from("event_id"));
             metadata.insert("event_id".to_owned(), Value::from(event_id.as_str()));
         }
+        StoreError::SessionBusy { holder, lapses_at, .. } => {
+            metadata.insert("holder".to_owned(), Value::from(holder.as_str()));
+            metadata.insert("lapses_at".to_owned(), Value::from(lapses_at.to_rfc3339()));
+        }
         StoreError::PartitionMissing { day: Some(day) } => {
             metadata.insert("day".to_owned(), Value::from(day.to_string()));
         }
@@ -95,9 +107,23 @@ pub fn to_adk_error(error: StoreError) -> AdkError {
         }
         other => other.to_string(),
     };
-    AdkError::new(ErrorComponent::Session, category, code, message)
-        .with_details(ErrorDetails { metadata, ..ErrorDetails::default() })
-        .with_source(error)
+    // A busy session is usually free again when the holder's turn ends,
+    // long before its lease would lapse: a second, or less when it lapses
+    // sooner.
+    let retry = match &error {
+        StoreError::SessionBusy { lapses_at, .. } => {
+            let until_lapse = (*lapses_at - chrono::Utc::now()).to_std().unwrap_or_default();
+            Some(RetryHint::for_category(category).with_retry_after(until_lapse.min(std::time::Duration::from_secs(1))))
+        }
+        _ => None,
+    };
+    let adk = AdkError::new(ErrorComponent::Session, category, code, message)
+        .with_details(ErrorDetails { metadata, ..ErrorDetails::default() });
+    match retry {
+        Some(retry) => adk.with_retry(retry),
+        None => adk,
+    }
+    .with_source(error)
 }
 
 fn classify(error: &StoreError) -> (ErrorCategory, &'static str, &'static str) {
@@ -123,6 +149,8 @@ fn classify(error: &StoreError) -> (ErrorCategory, &'static str, &'static str) {
         StoreError::DuplicateEvent { .. } => (C::InvalidInput, codes::DUPLICATE_EVENT, "duplicate_event"),
         // Not retryable as is: the caller must reload the session first.
         StoreError::StaleSession { .. } => (C::InvalidInput, codes::STALE, "stale_session"),
+        StoreError::SessionBusy { .. } => (C::Unavailable, codes::BUSY, "session_busy"),
+        StoreError::LeaseLost { .. } => (C::InvalidInput, codes::LEASE_LOST, "lease_lost"),
         StoreError::SessionClosed { .. } => (C::InvalidInput, codes::CLOSED, "session_closed"),
         StoreError::LifetimeExceeded { .. } => (C::InvalidInput, codes::LIFETIME_EXCEEDED, "lifetime_exceeded"),
         StoreError::PartitionMissing { .. } => (C::Unavailable, codes::PARTITION_MISSING, "partition_missing"),
@@ -186,6 +214,18 @@ mod tests {
             (StoreError::Conflict { message: "x".into() }, ErrorCategory::Unavailable, codes::CONFLICT, true),
             (StoreError::Unavailable { message: "x".into() }, ErrorCategory::Unavailable, codes::UNAVAILABLE, true),
             (StoreError::Database { message: "x".into() }, ErrorCategory::Internal, codes::DATABASE, false),
+            (
+                StoreError::SessionBusy { key: key(), holder: "inv".into(), lapses_at: chrono::Utc::now() },
+                ErrorCategory::Unavailable,
+                codes::BUSY,
+                true,
+            ),
+            (
+                StoreError::LeaseLost { key: key(), held: 1, current: 2 },
+                ErrorCategory::InvalidInput,
+                codes::LEASE_LOST,
+                false,
+            ),
         ];
         for (store_error, category, code, retry) in cases {
             let err = to_adk_error(store_error.clone());

@@ -35,6 +35,7 @@
 
 mod error;
 mod event;
+mod lease;
 #[cfg(feature = "scripted")]
 mod scripted;
 mod service;

@@ -2,11 +2,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use adk_core::Result;
 use adk_postgres_domain::session::MAX_PAGE_SIZE;
 use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, GetOptions, ListSessions, SessionId, SessionKey, SessionStore, UserId,
+    AppName, AppendOptions, CreateSession, DEFAULT_LEASE_IDLE, GetOptions, ListSessions, SessionId, SessionKey,
+    SessionStore, StoreError, UserId,
 };
 use adk_session::{
     AppendEventRequest, CreateRequest, DeleteRequest, Event, GetRequest, ListRequest, Session, SessionService,
@@ -15,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::error::{codes, invalid, not_found, to_adk_error};
 use crate::event::to_store_event;
+use crate::lease::{LeaseBook, ends_turn};
 use crate::session::LoadedSession;
 use crate::state::{to_store_state, validate_keys};
 
@@ -39,21 +42,43 @@ use crate::state::{to_store_state, validate_keys};
 /// - every error has component `session`, a code from [`crate::codes`] and
 ///   the closest category (`session.not_found` is `NotFound`, bad identities
 ///   and state keys are `InvalidInput`, outages are retryable).
+///
+/// One invocation at a time per session: every append takes part in the
+/// session's invocation lease (`adk_postgres_domain::lease`). While one
+/// `Runner`'s invocation is running on a session, another invocation's
+/// append fails with `session.busy` (retryable, `Unavailable`) instead of
+/// landing among the first one's events. The lease ends with the
+/// invocation's final response, or [`DEFAULT_LEASE_IDLE`] after its last
+/// append; [`PgSessionService::with_invocation_lease`] changes that or
+/// turns it off.
 #[derive(Clone)]
 pub struct PgSessionService {
     store: Arc<dyn SessionStore>,
+    lease_idle: Option<Duration>,
+    leases: LeaseBook,
 }
 
 impl std::fmt::Debug for PgSessionService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgSessionService").field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("PgSessionService")
+            .field("store", &self.store)
+            .field("lease_idle", &self.lease_idle)
+            .finish_non_exhaustive()
     }
 }
 
 impl PgSessionService {
     /// A service on `store`.
     pub fn new(store: Arc<dyn SessionStore>) -> Self {
-        Self { store }
+        Self { store, lease_idle: Some(DEFAULT_LEASE_IDLE), leases: LeaseBook::default() }
+    }
+
+    /// How long an invocation's lease on a session outlives its last
+    /// append; `None` turns the lease off, and concurrent invocations on one
+    /// session then interleave their events, as adk's own services do.
+    pub fn with_invocation_lease(mut self, idle: Option<Duration>) -> Self {
+        self.lease_idle = idle;
+        self
     }
 
     /// A service on an owned store.
@@ -119,9 +144,29 @@ impl PgSessionService {
 
     async fn append_to(&self, key: &SessionKey, event: Event) -> Result<()> {
         validate_keys("event.actions.state_delta", event.actions.state_delta.keys())?;
+        // An event outside any invocation (one a program appends itself)
+        // has nothing to hold the lease by, and is appended without it.
+        let invocation = event.invocation_id.clone();
+        let lease = self
+            .lease_idle
+            .filter(|_| !invocation.is_empty())
+            .map(|idle| (idle, self.leases.request(key, &invocation, idle, ends_turn(&event))));
         let event = to_store_event(&event)?;
-        self.store.append(key, event, AppendOptions::default()).await.map_err(to_adk_error)?;
-        Ok(())
+        let options = AppendOptions { lease: lease.map(|(_, request)| request), ..AppendOptions::default() };
+        match self.store.append(key, event, options).await {
+            Ok(appended) => {
+                if let (Some((idle, _)), Some(grant)) = (lease, appended.lease) {
+                    self.leases.granted(key, &invocation, idle, grant);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                if matches!(error, StoreError::LeaseLost { .. }) {
+                    self.leases.forget(key, &invocation);
+                }
+                Err(to_adk_error(error))
+            }
+        }
     }
 
     async fn load_all(&self, key: &SessionKey) -> Result<adk_postgres_domain::Session> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::ids::{SessionId, SessionKey};
 
@@ -36,6 +36,16 @@ pub enum StoreError {
     /// Someone appended since the caller loaded the session; nothing was written.
     #[error("session {key} is at version {actual}, not the expected {expected}")]
     StaleSession { key: SessionKey, expected: u64, actual: u64 },
+    /// Another invocation holds the session's lease (see [`crate::lease`]);
+    /// nothing was written. Retry once the holder's turn ended, at the latest
+    /// at `lapses_at`.
+    #[error("session {key} is busy: invocation {holder:?} holds it until {lapses_at} at the latest")]
+    SessionBusy { key: SessionKey, holder: String, lapses_at: DateTime<Utc> },
+    /// This invocation's lease (generation `held`) was taken over by another
+    /// invocation since its last append; nothing was written. The turn must
+    /// be abandoned: its events would land among the other's.
+    #[error("the invocation lost its lease on session {key}: it held generation {held}, the session is at {current}")]
+    LeaseLost { key: SessionKey, held: u64, current: u64 },
     /// The session was rolled over; appends go to its successor.
     #[error("session {key} is closed{}", successor.as_ref().map(|s| format!("; its successor is {s}")).unwrap_or_default())]
     SessionClosed { key: SessionKey, successor: Option<SessionId> },
@@ -91,6 +101,8 @@ impl StoreError {
             StoreError::AlreadyExists(_) => "already_exists",
             StoreError::DuplicateEvent { .. } => "duplicate_event",
             StoreError::StaleSession { .. } => "stale_session",
+            StoreError::SessionBusy { .. } => "session_busy",
+            StoreError::LeaseLost { .. } => "lease_lost",
             StoreError::SessionClosed { .. } => "session_closed",
             StoreError::LifetimeExceeded { .. } => "lifetime_exceeded",
             StoreError::PartitionMissing { .. } => "partition_missing",
@@ -111,7 +123,11 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unavailable { .. } | Self::Timeout { .. } | Self::Conflict { .. } | Self::Overloaded { .. }
+            Self::Unavailable { .. }
+                | Self::Timeout { .. }
+                | Self::Conflict { .. }
+                | Self::Overloaded { .. }
+                | Self::SessionBusy { .. }
         )
     }
 }

@@ -11,6 +11,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::lease::LeaseState;
 use crate::metadata::{SessionMetadata, labels_match};
 use crate::policy::StorePolicy;
 use crate::redaction::{RedactOptions, Redacted, check_event_id, check_reason};
@@ -35,6 +36,7 @@ struct StoredSession {
     closed_at: Option<DateTime<Utc>>,
     successor: Option<SessionId>,
     metadata: SessionMetadata,
+    lease: LeaseState,
 }
 
 impl StoredSession {
@@ -203,6 +205,7 @@ impl SessionStore for InMemoryStore {
                 closed_at: None,
                 successor: None,
                 metadata: request.metadata,
+                lease: LeaseState::default(),
             },
         );
         Self::load(&tables, &key, GetOptions::default())
@@ -260,7 +263,10 @@ impl SessionStore for InMemoryStore {
 
     async fn append(&self, key: &SessionKey, event: Event, options: AppendOptions) -> Result<Appended, StoreError> {
         if event.is_partial() {
-            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
+            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None, lease: None });
+        }
+        if let Some(lease) = &options.lease {
+            lease.validate(&event.invocation_id)?;
         }
         let (event, prepared) = event.prepare_for_store_with(self.config.media_offload_bytes())?;
         let now = now_micros();
@@ -280,6 +286,7 @@ impl SessionStore for InMemoryStore {
                 seq: Some(pos as u64 + 1),
                 replayed: true,
                 last_update_time: Some(stored.updated_at),
+                lease: None,
             });
         }
         if stored.closed_at.is_some() {
@@ -289,6 +296,8 @@ impl SessionStore for InMemoryStore {
         if ttl_deadline(stored.created_at, max_lifetime).is_ok_and(|end| end <= now) {
             return Err(StoreError::LifetimeExceeded { key: key.clone(), max_lifetime });
         }
+        let lease =
+            options.lease.map(|request| stored.lease.admit(key, &event.invocation_id, &request, now)).transpose()?;
         if let Some(expected) = options.expected_version
             && expected != stored.last_seq
         {
@@ -311,7 +320,18 @@ impl SessionStore for InMemoryStore {
         stored.last_seq += 1;
         stored.updated_at = stored.updated_at.max(now);
         stored.events.push(event.clone());
-        Ok(Appended { event, seq: Some(stored.last_seq), replayed: false, last_update_time: Some(stored.updated_at) })
+        let granted = lease.map(|lease| {
+            let grant = lease.grant();
+            stored.lease = lease;
+            grant
+        });
+        Ok(Appended {
+            event,
+            seq: Some(stored.last_seq),
+            replayed: false,
+            last_update_time: Some(stored.updated_at),
+            lease: granted,
+        })
     }
 
     async fn rollover(
@@ -359,6 +379,7 @@ impl SessionStore for InMemoryStore {
                 closed_at: None,
                 successor: None,
                 metadata,
+                lease: LeaseState::default(),
             },
         );
         Self::load(&tables, &successor, GetOptions::default())
@@ -461,6 +482,7 @@ impl SessionStore for InMemoryStore {
             closed_at: None,
             successor: None,
             metadata: original.metadata.clone(),
+            lease: LeaseState::default(),
         };
         // An expired session's id is free at once, as for create.
         if tables.sessions.get(&fork_key).is_some_and(|s| s.is_live(now)) {

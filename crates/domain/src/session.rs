@@ -10,6 +10,7 @@ use chrono::{DateTime, Datelike, Utc};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::lease::{InvocationLease, LeaseGrant};
 use crate::metadata::{SessionMetadata, validate_labels};
 use crate::state::State;
 
@@ -131,6 +132,9 @@ pub struct AppendOptions {
     /// The `version` the caller loaded; a different current version means
     /// someone appended in between, and the append fails with `StaleSession`.
     pub expected_version: Option<u64>,
+    /// Take part in the session's invocation lease ([`crate::lease`]):
+    /// refused while another invocation holds it. `None` ignores the lease.
+    pub lease: Option<InvocationLease>,
 }
 
 /// What an append did.
@@ -144,6 +148,9 @@ pub struct Appended {
     pub replayed: bool,
     /// The session's last update time after the append, when it was written.
     pub last_update_time: Option<DateTime<Utc>>,
+    /// The lease this append holds (or released), when it asked for one and
+    /// was stored; pass its generation back with the invocation's next append.
+    pub lease: Option<LeaseGrant>,
 }
 
 /// Most sessions one list page returns.

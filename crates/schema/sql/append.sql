@@ -42,8 +42,8 @@
 -- On Citus the common path is three statements instead (the branch under
 -- adk_on_citus(), defined in sessions.sql); what follows it, the rare path,
 -- the shared-state deltas and the result, is the same on both.
-CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[] DEFAULT NULL)
- RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval)
+CREATE OR REPLACE FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[] DEFAULT NULL, p_lease_idle interval DEFAULT NULL, p_lease_generation bigint DEFAULT NULL, p_lease_release boolean DEFAULT false)
+ RETURNS TABLE(outcome text, seq bigint, session_day date, updated_at timestamp with time zone, payload jsonb, successor_id text, max_lifetime interval, lease_holder text, lease_until timestamp with time zone, lease_generation bigint)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path = pg_catalog, :"store_schema", pg_temp
@@ -59,12 +59,22 @@ DECLARE
     new_update    timestamptz;
     locked_day    date;
     locked_seq    bigint;
+    locked_holder text;
+    locked_gen    bigint;
+    new_gen       bigint;
+    new_until     timestamptz;
     -- The event's media (blobs.sql): NULL for an event without any, which
     -- then takes no step of its own.
     hashes        bytea[] := CASE WHEN p_blobs IS NOT NULL THEN adk_blob_hashes(p_blobs) END;
 BEGIN
     IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
         PERFORM adk_tenant_require(p_tenant, p_app_name);
+    END IF;
+    -- A lease is held by an invocation for a while: without either there
+    -- is nothing to hold it by.
+    IF p_lease_idle IS NOT NULL AND (p_invocation_id IS NULL OR p_lease_idle <= interval '0') THEN
+        RAISE EXCEPTION 'an append under an invocation lease needs an invocation id and a positive idle lapse'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- Blobs are shared by the users of an app, and Citus places each user's
     -- rows on one node: storing them would write another node on every
@@ -80,7 +90,7 @@ BEGIN
         -- (adk_on_citus() is folded to a constant when the condition is
         -- planned, so one server plans and runs nothing of the other branch.)
         WITH l AS (
-            SELECT a.session_day, a.last_seq
+            SELECT a.session_day, a.last_seq, a.lease_holder, a.lease_generation
               FROM adk_sessions a
              WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
                AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
@@ -90,6 +100,13 @@ BEGIN
                           FROM adk_store_policy p),
                        adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
                AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
+               -- The invocation lease (crates/domain/src/lease.rs): no other
+               -- invocation holds it live, and the caller's fencing token,
+               -- when it has one, is still the session's generation.
+               AND (p_lease_idle IS NULL
+                    OR ((a.lease_holder IS NULL OR a.lease_holder = p_invocation_id
+                         OR a.lease_until <= pg_catalog.now())
+                        AND (p_lease_generation IS NULL OR a.lease_generation = p_lease_generation)))
                FOR NO KEY UPDATE OF a
         ), e AS (
             INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
@@ -103,16 +120,27 @@ BEGIN
             -- now() is the transaction start; a writer that waited for the lock
             -- may have started before the one it waited for, so never step
             -- backwards. The state is merged only when the delta has keys.
+            -- The lease moves with the event (adk_lease_* below): a new
+            -- generation when another invocation takes it, none when the
+            -- lease is off for this append.
             UPDATE adk_sessions a
                SET last_seq = e.seq,
                    updated_at = greatest(pg_catalog.now(), a.updated_at),
                    state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                                THEN a.state || p_session_delta ELSE a.state END
-              FROM e
+                                THEN a.state || p_session_delta ELSE a.state END,
+                   lease_holder = CASE WHEN p_lease_idle IS NULL THEN a.lease_holder
+                                       WHEN p_lease_release THEN NULL ELSE p_invocation_id END,
+                   lease_generation = CASE WHEN p_lease_idle IS NULL OR p_lease_generation IS NOT NULL
+                                                OR l.lease_holder = p_invocation_id
+                                           THEN l.lease_generation ELSE l.lease_generation + 1 END,
+                   lease_until = CASE WHEN p_lease_idle IS NULL THEN a.lease_until
+                                      WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END
+              FROM e, l
              WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-            RETURNING a.last_seq, a.session_day, a.updated_at
+            RETURNING a.last_seq, a.session_day, a.updated_at, a.lease_generation, a.lease_until
         )
-        SELECT u.last_seq, u.session_day, u.updated_at INTO next_seq, new_day, new_update FROM u;
+        SELECT u.last_seq, u.session_day, u.updated_at, u.lease_generation, u.lease_until
+          INTO next_seq, new_day, new_update, new_gen, new_until FROM u;
     ELSE
         -- The common path on Citus, with the same checks and outcomes as
         -- three statements: the locking read with every check in its WHERE,
@@ -124,7 +152,8 @@ BEGIN
         -- the user's worker. One server keeps the CTE, a quarter more appends
         -- there (migration 10). Locks are taken in the same order as there:
         -- the session row, then the event, then the session update.
-        SELECT a.session_day, a.last_seq INTO locked_day, locked_seq
+        SELECT a.session_day, a.last_seq, a.lease_holder, a.lease_generation
+          INTO locked_day, locked_seq, locked_holder, locked_gen
           FROM adk_sessions a
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
            AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
@@ -134,6 +163,10 @@ BEGIN
                       FROM adk_store_policy p),
                    adk_policy_seconds(p_max_lifetime)) > pg_catalog.now(), true)
            AND (p_expected_seq IS NULL OR a.last_seq = p_expected_seq)
+           AND (p_lease_idle IS NULL
+                OR ((a.lease_holder IS NULL OR a.lease_holder = p_invocation_id
+                     OR a.lease_until <= pg_catalog.now())
+                    AND (p_lease_generation IS NULL OR a.lease_generation = p_lease_generation)))
            FOR NO KEY UPDATE OF a;
         IF FOUND THEN
             INSERT INTO adk_events AS ev (app_name, user_id, session_id, session_day, seq, event_id,
@@ -147,9 +180,17 @@ BEGIN
                    SET last_seq = next_seq,
                        updated_at = greatest(pg_catalog.now(), a.updated_at),
                        state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                                    THEN a.state || p_session_delta ELSE a.state END
+                                    THEN a.state || p_session_delta ELSE a.state END,
+                       lease_holder = CASE WHEN p_lease_idle IS NULL THEN a.lease_holder
+                                           WHEN p_lease_release THEN NULL ELSE p_invocation_id END,
+                       lease_generation = CASE WHEN p_lease_idle IS NULL OR p_lease_generation IS NOT NULL
+                                                    OR locked_holder = p_invocation_id
+                                               THEN locked_gen ELSE locked_gen + 1 END,
+                       lease_until = CASE WHEN p_lease_idle IS NULL THEN a.lease_until
+                                          WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END
                  WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
-                RETURNING a.session_day, a.updated_at INTO new_day, new_update;
+                RETURNING a.session_day, a.updated_at, a.lease_generation, a.lease_until
+                     INTO new_day, new_update, new_gen, new_until;
             END IF;
         END IF;
     END IF;
@@ -157,7 +198,7 @@ BEGIN
     IF next_seq IS NULL THEN
         -- Nothing stored: find out why, in migration 8's order.
         SELECT a.last_seq, a.session_day, a.created_at, a.updated_at, a.expires_at,
-               a.closed_at, a.successor_id
+               a.closed_at, a.successor_id, a.lease_holder, a.lease_generation, a.lease_until
           INTO s
           FROM adk_sessions a
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
@@ -165,7 +206,7 @@ BEGIN
 
         IF NOT FOUND OR (s.expires_at IS NOT NULL AND s.expires_at <= pg_catalog.now()) THEN
             RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::date, NULL::timestamptz,
-                                NULL::jsonb, NULL::text, NULL::interval;
+                                NULL::jsonb, NULL::text, NULL::interval, NULL::text, NULL::timestamptz, NULL::bigint;
             RETURN;
         END IF;
 
@@ -179,13 +220,14 @@ BEGIN
           USING p_app_name, p_user_id, p_session_id, s.session_day, p_event_id;
         IF prior_seq IS NOT NULL THEN
             RETURN QUERY SELECT CASE WHEN prior_payload = p_payload THEN 'replayed' ELSE 'duplicate' END,
-                                prior_seq, s.session_day, s.updated_at, prior_payload, NULL::text, NULL::interval;
+                                prior_seq, s.session_day, s.updated_at, prior_payload, NULL::text, NULL::interval,
+                                NULL::text, NULL::timestamptz, NULL::bigint;
             RETURN;
         END IF;
 
         IF s.closed_at IS NOT NULL THEN
             RETURN QUERY SELECT 'closed'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                s.successor_id, NULL::interval;
+                                s.successor_id, NULL::interval, NULL::text, NULL::timestamptz, NULL::bigint;
             RETURN;
         END IF;
         SELECT least(adk_policy_seconds(p.max_session_lifetime), adk_policy_seconds(p_max_lifetime))
@@ -193,12 +235,28 @@ BEGIN
         lifetime := coalesce(lifetime, adk_policy_seconds(p_max_lifetime));
         IF lifetime IS NOT NULL AND s.created_at + lifetime <= pg_catalog.now() THEN
             RETURN QUERY SELECT 'too_old'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                NULL::text, lifetime;
+                                NULL::text, lifetime, NULL::text, NULL::timestamptz, NULL::bigint;
             RETURN;
+        END IF;
+        -- The lease, as the common path checks it: another invocation's live
+        -- lease makes the session busy; a fencing token the session moved
+        -- past means this invocation was taken over.
+        IF p_lease_idle IS NOT NULL THEN
+            IF s.lease_holder IS NOT NULL AND s.lease_holder <> p_invocation_id
+               AND s.lease_until > pg_catalog.now() THEN
+                RETURN QUERY SELECT 'busy'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
+                                    NULL::text, NULL::interval, s.lease_holder, s.lease_until, s.lease_generation;
+                RETURN;
+            END IF;
+            IF p_lease_generation IS NOT NULL AND p_lease_generation <> s.lease_generation THEN
+                RETURN QUERY SELECT 'lease_lost'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
+                                    NULL::text, NULL::interval, s.lease_holder, s.lease_until, s.lease_generation;
+                RETURN;
+            END IF;
         END IF;
         IF p_expected_seq IS NOT NULL AND p_expected_seq <> s.last_seq THEN
             RETURN QUERY SELECT 'stale'::text, s.last_seq, s.session_day, s.updated_at, NULL::jsonb,
-                                NULL::text, NULL::interval;
+                                NULL::text, NULL::interval, NULL::text, NULL::timestamptz, NULL::bigint;
             RETURN;
         END IF;
 
@@ -214,8 +272,16 @@ BEGIN
         UPDATE adk_sessions a
            SET last_seq = next_seq, updated_at = new_update,
                state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
-                            THEN a.state || p_session_delta ELSE a.state END
-         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id;
+                            THEN a.state || p_session_delta ELSE a.state END,
+               lease_holder = CASE WHEN p_lease_idle IS NULL THEN a.lease_holder
+                                   WHEN p_lease_release THEN NULL ELSE p_invocation_id END,
+               lease_generation = CASE WHEN p_lease_idle IS NULL OR p_lease_generation IS NOT NULL
+                                            OR s.lease_holder = p_invocation_id
+                                       THEN s.lease_generation ELSE s.lease_generation + 1 END,
+               lease_until = CASE WHEN p_lease_idle IS NULL THEN a.lease_until
+                                  WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END
+         WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+        RETURNING a.lease_generation, a.lease_until INTO new_gen, new_until;
     END IF;
 
     -- Stored: the event holds its media now, so the blobs can be counted.
@@ -243,12 +309,15 @@ BEGIN
     payload := NULL;
     successor_id := NULL;
     max_lifetime := NULL;
+    lease_holder := CASE WHEN new_until IS NOT NULL THEN p_invocation_id END;
+    lease_until := new_until;
+    lease_generation := CASE WHEN p_lease_idle IS NOT NULL THEN new_gen END;
     RETURN NEXT;
 END;
 $function$;
-REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION adk_append_event(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_event_id text, p_invocation_id text, p_author text, p_event_ts bigint, p_payload jsonb, p_session_delta jsonb, p_user_delta jsonb, p_app_delta jsonb, p_expected_seq bigint, p_max_lifetime interval, p_blobs bytea[], p_lease_idle interval, p_lease_generation bigint, p_lease_release boolean) FROM PUBLIC;
 
--- The append gained its last argument in migration 26, which dropped the
--- fourteen-argument one and its grants with it: the roles that may read the
+-- The append gained its lease arguments in migration 29, which dropped the
+-- fifteen-argument one and its grants with it: the roles that may read the
 -- store's sessions may append to them again.
-SELECT adk_grant_like('adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])', 'adk_get_session(text, text, text, text, bigint, bigint)');
+SELECT adk_grant_like('adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[], interval, bigint, boolean)', 'adk_get_session(text, text, text, text, bigint, bigint)');

@@ -143,4 +143,4 @@ REVOKE EXECUTE ON FUNCTION adk_redact_event(p_tenant text, p_app_name text, p_us
 
 -- Every role that may append may redact, without re-running its setup
 -- (adk-pg service-role grants it too).
-SELECT adk_grant_like('adk_redact_event(text, text, text, text, text, text, boolean)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])');
+SELECT adk_grant_like('adk_redact_event(text, text, text, text, text, text, boolean)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[], interval, bigint, boolean)');

@@ -127,7 +127,7 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_usage_bytes(jsonb)",
     "adk_redact_event(text,text,text,text,text,text,boolean)",
     "adk_grant_like(regprocedure,regprocedure)",
-    "adk_append_event(text,text,text,text,text,text,text,bigint,jsonb,jsonb,jsonb,jsonb,bigint,interval,bytea[])",
+    "adk_append_event(text,text,text,text,text,text,text,bigint,jsonb,jsonb,jsonb,jsonb,bigint,interval,bytea[],interval,bigint,boolean)",
     "adk_get_blobs(text,text,text,text,bytea[])",
     "adk_blob_hashes(bytea[])",
     "adk_hold_blobs(text,bytea[],bytea[])",

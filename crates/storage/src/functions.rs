@@ -217,6 +217,10 @@ outcome! {
         NotFound = "not_found",
         Closed = "closed",
         TooOld = "too_old",
+        /// Another invocation holds the session's lease.
+        Busy = "busy",
+        /// The caller's fencing token is behind the session's generation.
+        LeaseLost = "lease_lost",
     }
 }
 
@@ -477,6 +481,9 @@ store_function! {
         expected_seq: OptBigIntArg,
         max_lifetime: OptIntervalArg,
         blobs: OptByteaArrayArg,
+        lease_idle: OptIntervalArg,
+        lease_generation: OptBigIntArg,
+        lease_release: BoolArg,
     ) -> AppendRow {
         outcome: "text",
         seq: "bigint",
@@ -485,6 +492,9 @@ store_function! {
         payload: "jsonb",
         successor_id: "text",
         max_lifetime: "interval",
+        lease_holder: "text",
+        lease_until: "timestamp with time zone",
+        lease_generation: "bigint",
     }
 }
 
@@ -509,6 +519,17 @@ pub(crate) struct AppendRow {
     /// client's shorter one.
     #[diesel(sql_type = Nullable<Interval>)]
     pub max_lifetime: Option<PgInterval>,
+    /// The invocation holding the lease: the caller's after a stored append
+    /// that kept it, the other one's when `busy`.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub lease_holder: Option<String>,
+    /// When the lease lapses; NULL once released.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The session's lease generation; NULL when the append left the lease
+    /// alone.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub lease_generation: Option<i64>,
 }
 
 store_function! {

@@ -15,7 +15,7 @@ pub async fn append_does_not_store_partial_events<F: StoreFactory>(f: &F) {
     let mut chunk = ev(json!({"a": 1, "user:p": 1, "app:p": 1, "temp:t": 1}));
     chunk.partial = Some(true);
     let answer = append(&*store, &session.key, chunk.clone()).await;
-    assert_eq!(answer, Appended { event: chunk, seq: None, replayed: false, last_update_time: None });
+    assert_eq!(answer, Appended { event: chunk, seq: None, replayed: false, last_update_time: None, lease: None });
     let loaded = get(&*store, &session.key).await;
     assert_eq!(loaded, session, "a partial event changes nothing");
     let sibling = create(&*store, &app, &user, "sibling", json!({})).await;

@@ -136,7 +136,7 @@ pub async fn concurrent_increments_of_a_user_counter_reach_exactly_400<F: StoreF
                         .await
                         .expect("read the counter");
                     let counter = seen.state["user:counter"].as_u64().expect("a number");
-                    let options = AppendOptions { expected_version: Some(seen.version) };
+                    let options = AppendOptions { expected_version: Some(seen.version), ..AppendOptions::default() };
                     match store.append(&key, ev(json!({ "user:counter": counter + 1 })), options).await {
                         Ok(_) => break,
                         Err(StoreError::StaleSession { .. }) => stale += 1,
@@ -172,7 +172,16 @@ pub async fn concurrent_appends_with_one_expected_version_store_exactly_one<F: S
                 let event = ev(json!({ "winner": writer, format!("user:w{version}_{writer}"): true }));
                 let id = event.id.clone();
                 barrier.wait().await;
-                (id, store.append(&key, event, AppendOptions { expected_version: Some(version) }).await)
+                (
+                    id,
+                    store
+                        .append(
+                            &key,
+                            event,
+                            AppendOptions { expected_version: Some(version), ..AppendOptions::default() },
+                        )
+                        .await,
+                )
             });
         }
         let mut stored = Vec::new();

@@ -21,6 +21,7 @@ mod erase;
 mod find;
 mod fork;
 mod get;
+mod lease;
 mod list;
 mod media;
 mod metadata;
@@ -36,6 +37,7 @@ pub use erase::*;
 pub use find::*;
 pub use fork::*;
 pub use get::*;
+pub use lease::*;
 pub use list::*;
 pub use media::*;
 pub use metadata::*;
@@ -110,6 +112,12 @@ macro_rules! conformance_tests {
             append_expected_version_detects_stale_sessions,
             append_to_a_missing_session_is_not_found,
             append_past_the_max_lifetime_is_refused,
+            // the invocation lease
+            lease_refuses_other_invocations_until_the_holder_releases_it,
+            lease_lapses_and_a_taken_over_holder_cannot_append,
+            lease_is_ignored_by_appends_without_it_and_replays_still_answer,
+            lease_refuses_bad_requests_with_nothing_written,
+            racing_invocations_take_turns_and_never_interleave,
             // list
             list_is_metadata_newest_first,
             list_pages_by_keyset_without_gaps_or_duplicates,
@@ -270,7 +278,9 @@ async fn append_expecting(
     event: Event,
     expected_version: u64,
 ) -> Result<Appended, StoreError> {
-    store.append(key, event, AppendOptions { expected_version: Some(expected_version) }).await
+    store
+        .append(key, event, AppendOptions { expected_version: Some(expected_version), ..AppendOptions::default() })
+        .await
 }
 
 async fn list_page(

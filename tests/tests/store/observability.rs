@@ -298,7 +298,10 @@ async fn a_failed_operation_records_its_error_kind_and_nothing_else() {
     let missing = SessionKey::new(app(), user(), SessionId::new("obs-session-51aa-gone").expect("id"));
     let errors = [
         store.get(&missing, GetOptions::default()).await.map(drop),
-        store.append(&key, Event::new("agent"), AppendOptions { expected_version: Some(7) }).await.map(drop),
+        store
+            .append(&key, Event::new("agent"), AppendOptions { expected_version: Some(7), ..AppendOptions::default() })
+            .await
+            .map(drop),
         store.append(&key, event_with(EVENT_ID, json!({}), "other content"), AppendOptions::default()).await.map(drop),
         store.rewind(&key, 99, None).await.map(drop),
         store.create(secret_session().with_id("obs-session\0nul")).await.map(drop),
@@ -378,7 +381,9 @@ async fn metrics_record_latency_by_outcome_and_errors_by_kind() {
     }
     let missing = SessionKey::new(app(), user(), SessionId::new("obs-session-51aa-gone").expect("id"));
     assert!(matches!(store.get(&missing, GetOptions::default()).await, Err(StoreError::NotFound(_))));
-    let stale = store.append(&key, Event::new("agent"), AppendOptions { expected_version: Some(0) }).await;
+    let stale = store
+        .append(&key, Event::new("agent"), AppendOptions { expected_version: Some(0), ..AppendOptions::default() })
+        .await;
     assert!(matches!(stale, Err(StoreError::StaleSession { .. })), "{stale:?}");
 
     let metrics: Vec<Metric> = snapshotter

@@ -15,5 +15,6 @@ mod contract;
 mod crowd;
 mod encrypted_session;
 mod media;
+mod one_invocation;
 mod readme_path;
 mod runner_e2e;

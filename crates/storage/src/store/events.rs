@@ -3,7 +3,9 @@
 
 use std::future::Future;
 
-use adk_postgres_domain::{AppendOptions, Appended, Event, GetOptions, Session, SessionId, SessionKey, StoreError};
+use adk_postgres_domain::{
+    AppendOptions, Appended, Event, GetOptions, LeaseGrant, Session, SessionId, SessionKey, StoreError,
+};
 
 use super::{PgSessionStore, interval, only_row, single, to_json, version};
 use crate::conn::Load as _;
@@ -53,8 +55,14 @@ impl PgSessionStore {
         options: AppendOptions,
     ) -> Result<Appended, StoreError> {
         if event.is_partial() {
-            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None });
+            return Ok(Appended { event, seq: None, replayed: false, last_update_time: None, lease: None });
         }
+        if let Some(lease) = &options.lease {
+            lease.validate(&event.invocation_id)?;
+        }
+        let lease_idle = options.lease.map(|lease| interval("lease.idle", lease.idle)).transpose()?;
+        // In range: `validate` refused a generation past i64.
+        let lease_generation = options.lease.and_then(|lease| lease.generation).and_then(|g| i64::try_from(g).ok());
         let (event, prepared) = event.prepare_for_store_with(self.config.media_offload_bytes())?;
         let expected = options
             .expected_version
@@ -82,6 +90,9 @@ impl PgSessionStore {
                     expected_seq: expected,
                     max_lifetime,
                     blobs: Some(blobs.as_slice()).filter(|b| !b.is_empty()),
+                    lease_idle,
+                    lease_generation,
+                    lease_release: options.lease.is_some_and(|lease| lease.release),
                 }
                 .load::<AppendRow>(&mut conn)
                 .await
@@ -91,11 +102,28 @@ impl PgSessionStore {
             .await?;
         let seq = row.seq.map(version);
         match row.outcome {
-            AppendOutcome::Stored => Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at }),
+            AppendOutcome::Stored => {
+                let lease = row
+                    .lease_generation
+                    .map(|generation| LeaseGrant { generation: version(generation), expires_at: row.lease_until });
+                Ok(Appended { event, seq, replayed: false, last_update_time: row.updated_at, lease })
+            }
             // The stored payload equals the one just sent, so the event is
             // the one the caller sent, with its media in place: no need to
             // read the media back.
-            AppendOutcome::Replayed => Ok(Appended { event, seq, replayed: true, last_update_time: row.updated_at }),
+            AppendOutcome::Replayed => {
+                Ok(Appended { event, seq, replayed: true, last_update_time: row.updated_at, lease: None })
+            }
+            AppendOutcome::Busy => Err(StoreError::SessionBusy {
+                key: key.clone(),
+                holder: row.lease_holder.unwrap_or_default(),
+                lapses_at: row.lease_until.unwrap_or_default(),
+            }),
+            AppendOutcome::LeaseLost => Err(StoreError::LeaseLost {
+                key: key.clone(),
+                held: options.lease.and_then(|lease| lease.generation).unwrap_or_default(),
+                current: row.lease_generation.map(version).unwrap_or_default(),
+            }),
             AppendOutcome::Duplicate => Err(StoreError::DuplicateEvent { key: key.clone(), event_id: event.id }),
             AppendOutcome::Stale => Err(StoreError::StaleSession {
                 key: key.clone(),
