@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use adk_postgres_domain::{AppendOptions, Event, GetOptions, SessionKey, SessionStore, StoreConfig, StoreError};
+use adk_postgres_domain::{
+    AppendOptions, Event, GetOptions, InvocationLease, LeaseGrant, SessionKey, SessionStore, StoreConfig, StoreError,
+};
 use adk_postgres_storage::{PgSessionStore, PoolConfig};
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, client_explaining, drain, new_session, store};
@@ -108,9 +110,22 @@ async fn appends_are_hot_updates() {
     {
         let store = store(db.url()).await;
         let key = new_session(&store, "app", "user").await;
+        // Half of them under the invocation lease, which moves with every
+        // append: turns of four events, the last one releasing it.
+        let mut grant = None;
         for i in 0..1000 {
-            let event = if i % 10 == 0 { event_with_delta(json!({"turn": i})) } else { Event::new("agent") };
-            store.append(&key, event, AppendOptions::default()).await.expect("append");
+            let mut event = if i % 10 == 0 { event_with_delta(json!({"turn": i})) } else { Event::new("agent") };
+            let lease = (i >= 500).then(|| {
+                event.invocation_id = format!("inv-{}", i / 4);
+                let generation = if i % 4 == 0 { None } else { grant.map(|g: LeaseGrant| g.generation) };
+                InvocationLease { idle: Duration::from_secs(60), generation, release: i % 4 == 3 }
+            });
+            let appended = store
+                .append(&key, event, AppendOptions { lease, ..AppendOptions::default() })
+                .await
+                .expect("append");
+            grant = appended.lease;
+            assert_eq!(grant.is_some(), lease.is_some());
         }
     }
     // Backends report their counters when they go idle or exit; the store's

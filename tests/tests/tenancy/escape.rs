@@ -918,6 +918,15 @@ fn foreign_writes(t: &str) -> Vec<(&'static str, String)> {
                      '{{\"app:motd\": \"forged\"}}', NULL, NULL)"
             ),
         ),
+        // Taking alpha's invocation lease would lock alpha's own runners
+        // out of the session for an hour, with nothing appended that shows.
+        (
+            "adk_append_event (taking the invocation lease)",
+            format!(
+                "SELECT * FROM adk_append_event({t}, 'alpha', 'u1', 'alpha-session', 'forged-lease', 'mallory-turn',
+                     'mallory', 0, '{{}}', '{{}}', '{{}}', '{{}}', NULL, NULL, NULL, interval '1 hour', NULL, false)"
+            ),
+        ),
         (
             "adk_rollover_session",
             format!(
