@@ -41,6 +41,7 @@ mod scripted;
 mod service;
 mod session;
 mod state;
+mod state_access;
 
 pub use error::{codes, to_adk_error};
 pub use event::{REDACTION_AT, REDACTION_REASON, REDACTION_STATE_DELTA, from_store_event, to_store_event};

@@ -19,7 +19,7 @@ use crate::session::{
     AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, OnExisting, PageToken, Session,
     SessionPage, SessionSummary, StoreConfig,
 };
-use crate::state::{MAX_STATE_BYTES, ScopedState, State, apply_delta, json_size, merge_scopes};
+use crate::state::{MAX_STATE_BYTES, ScopedState, State, apply_delta, check_scope_delta, json_size, merge_scopes};
 use crate::store::SessionStore;
 
 #[derive(Debug, Clone)]
@@ -86,6 +86,22 @@ impl Tables {
         }
         Ok(())
     }
+}
+
+/// `stored` with `delta` applied, refused (nothing written) when the merged
+/// scope would pass the size cap, as an append's shared delta is.
+fn merged_scope(stored: Option<&State>, delta: &State, scope: &str) -> Result<State, StoreError> {
+    let mut state = stored.cloned().unwrap_or_default();
+    apply_delta(&mut state, delta);
+    let size = json_size(&state);
+    if size > MAX_STATE_BYTES {
+        return Err(StoreError::StateTooLarge {
+            field: format!("delta ({scope} scope)"),
+            size: Some(size),
+            limit: MAX_STATE_BYTES,
+        });
+    }
+    Ok(state)
 }
 
 /// The reference store. Cheap to create; every instance is independent.
@@ -517,5 +533,34 @@ impl SessionStore for InMemoryStore {
         }
         *event = event.clone().redacted(reason, now, options);
         Ok(Redacted { seq, event: event.clone(), already_redacted: false })
+    }
+
+    async fn get_user_state(&self, app: &AppName, user: &UserId) -> Result<State, StoreError> {
+        Ok(self.tables().user_states.get(&(app.clone(), user.clone())).cloned().unwrap_or_default())
+    }
+
+    async fn get_app_state(&self, app: &AppName) -> Result<State, StoreError> {
+        Ok(self.tables().app_states.get(app).cloned().unwrap_or_default())
+    }
+
+    async fn merge_user_state(&self, app: &AppName, user: &UserId, delta: State) -> Result<State, StoreError> {
+        check_scope_delta("delta", "user", &delta)?;
+        let key = (app.clone(), user.clone());
+        let mut tables = self.tables();
+        let merged = merged_scope(tables.user_states.get(&key), &delta, "user")?;
+        if !delta.is_empty() {
+            tables.user_states.insert(key, merged.clone());
+        }
+        Ok(merged)
+    }
+
+    async fn merge_app_state(&self, app: &AppName, delta: State) -> Result<State, StoreError> {
+        check_scope_delta("delta", "app", &delta)?;
+        let mut tables = self.tables();
+        let merged = merged_scope(tables.app_states.get(app), &delta, "app")?;
+        if !delta.is_empty() {
+            tables.app_states.insert(app.clone(), merged.clone());
+        }
+        Ok(merged)
     }
 }

@@ -118,6 +118,40 @@ pub fn apply_delta(target: &mut State, delta: &State) {
     }
 }
 
+/// Checks a delta for one shared scope, as written by `merge_user_state` or
+/// `merge_app_state`, by the rules an append's delta is held to: every key
+/// valid, no NUL anywhere, and the delta itself under the size cap (`scope`
+/// names the scope in that error). Its keys are the scope's own, as stored,
+/// so a key with a scope prefix is refused: stripping it could move a
+/// `temp:` or `app:` key somewhere the caller did not mean, and storing it
+/// would read back as `user:user:…`.
+pub fn check_scope_delta(field: &str, scope: &str, delta: &State) -> Result<(), StoreError> {
+    for (key, value) in delta {
+        validate_key(field, key)?;
+        if [APP_PREFIX, USER_PREFIX, TEMP_PREFIX].iter().any(|prefix| key.starts_with(prefix)) {
+            return Err(StoreError::invalid(
+                format!("{field}[{key:?}]"),
+                format!("the {scope} scope's own keys carry no scope prefix (app:, user:, temp:)"),
+            ));
+        }
+        if contains_nul(value) {
+            return Err(StoreError::invalid(
+                format!("{field}[{key:?}]"),
+                "contains a NUL character, which PostgreSQL cannot store in jsonb",
+            ));
+        }
+    }
+    let size = json_size(delta);
+    if size > MAX_STATE_BYTES {
+        return Err(StoreError::StateTooLarge {
+            field: format!("{field} ({scope} scope)"),
+            size: Some(size),
+            limit: MAX_STATE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// A copy of `state` without `temp:` keys.
 pub fn without_temp(state: &State) -> State {
     state.iter().filter(|(k, _)| !k.starts_with(TEMP_PREFIX)).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -215,6 +249,19 @@ mod tests {
     fn oversize_scope_is_refused_before_the_database() {
         let scoped = ScopedState::split("state", &obj(json!({"big": "x".repeat(70_000)}))).unwrap();
         assert!(matches!(scoped.check_sizes("state"), Err(StoreError::StateTooLarge { .. })));
+    }
+
+    #[test]
+    fn scope_deltas_refuse_prefixes_nul_and_oversize_naming_the_key() {
+        for key in ["user:a", "app:a", "temp:a", "", "a\u{1}b"] {
+            let err = check_scope_delta("delta", "user", &obj(json!({ key: 1 }))).unwrap_err();
+            assert!(matches!(&err, StoreError::InvalidInput { field, .. } if field.starts_with("delta[")), "{err}");
+        }
+        let err = check_scope_delta("delta", "app", &obj(json!({"a": {"b": "x\u{0}"}}))).unwrap_err();
+        assert!(matches!(&err, StoreError::InvalidInput { field, .. } if field == "delta[\"a\"]"), "{err}");
+        let err = check_scope_delta("delta", "app", &obj(json!({"big": "x".repeat(70_000)}))).unwrap_err();
+        assert!(matches!(&err, StoreError::StateTooLarge { field, .. } if field == "delta (app scope)"), "{err}");
+        assert!(check_scope_delta("delta", "user", &obj(json!({"appx": null, "a:b": [1]}))).is_ok());
     }
 
     #[test]

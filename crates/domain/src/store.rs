@@ -10,6 +10,7 @@ use crate::ids::{AppName, SessionId, SessionKey, UserId};
 use crate::metadata::SessionMetadata;
 use crate::redaction::{RedactOptions, Redacted};
 use crate::session::{AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, Session, SessionPage};
+use crate::state::State;
 
 /// A durable home for ADK sessions, their events and their scoped state.
 #[async_trait]
@@ -95,4 +96,29 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         reason: &str,
         options: RedactOptions,
     ) -> Result<Redacted, StoreError>;
+
+    /// The user's `user:` state in `app`, keys without their prefix (as
+    /// stored), read without a session. A user with none reads as `{}`.
+    async fn get_user_state(&self, app: &AppName, user: &UserId) -> Result<State, StoreError>;
+
+    /// The app's `app:` state, keys without their prefix, read without a
+    /// session. An app with none reads as `{}`.
+    async fn get_app_state(&self, app: &AppName) -> Result<State, StoreError>;
+
+    /// Merges `delta` into the user's state atomically and returns the state
+    /// after the merge. The semantics are exactly those of the `user:` part
+    /// of an append's delta: shallow (a value replaces, JSON null is
+    /// stored), under the row lock an append takes, so neither loses the
+    /// other's update. Keys are the scope's own, without prefix: a prefixed
+    /// key (`app:`, `user:`, `temp:`), an invalid key or a NUL is
+    /// `InvalidInput` naming `delta[key]`; a merged state over the size cap
+    /// is `StateTooLarge` (`delta (user scope)`); nothing is written then.
+    /// An empty delta writes nothing and returns the current state. There is
+    /// no such setter for session state: it is written by events only, so
+    /// that `rewind` and `fork` can rebuild it from them.
+    async fn merge_user_state(&self, app: &AppName, user: &UserId, delta: State) -> Result<State, StoreError>;
+
+    /// [`SessionStore::merge_user_state`] for the app's state, shared by all
+    /// of its users (`delta (app scope)` in a size error).
+    async fn merge_app_state(&self, app: &AppName, delta: State) -> Result<State, StoreError>;
 }

@@ -65,6 +65,7 @@ pub const SQL_FILES: &[SqlFile] = &[
     sql_file!("usage"),
     sql_file!("sessions", citus),
     sql_file!("append"),
+    sql_file!("state"),
     sql_file!("blobs"),
     sql_file!("read", citus),
     sql_file!("feed", citus),
@@ -136,6 +137,10 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_release_blobs()",
     "adk_archive_list(text,text)",
     "adk_archive_read_only()",
+    "adk_get_user_state(text,text,text)",
+    "adk_get_app_state(text,text)",
+    "adk_merge_user_state(text,text,text,jsonb)",
+    "adk_merge_app_state(text,text,jsonb)",
 ];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.

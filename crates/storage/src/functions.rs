@@ -947,6 +947,41 @@ pub(crate) struct RedactRow {
     pub payload: Option<StoredEvent>,
 }
 
+store_function! {
+    /// The user's state in the app, `{}` when there is none; refused (42501)
+    /// for an app the role may not act for.
+    GetUserState => adk_get_user_state(tenant: OptTextArg, app_name: TextArg, user_id: TextArg)
+        -> ScopeStateRow { state: "jsonb" }
+}
+
+store_function! {
+    /// The app's state, `{}` when there is none; refused (42501) for an app
+    /// the role may not act for.
+    GetAppState => adk_get_app_state(tenant: OptTextArg, app_name: TextArg) -> ScopeStateRow { state: "jsonb" }
+}
+
+store_function! {
+    /// Merges a delta into the user's state under the row lock an append
+    /// takes, and returns the state after it; an empty delta writes nothing.
+    MergeUserState => adk_merge_user_state(tenant: OptTextArg, app_name: TextArg, user_id: TextArg, delta: JsonArg)
+        -> ScopeStateRow { state: "jsonb" }
+}
+
+store_function! {
+    /// Merges a delta into the app's state under the row lock an append
+    /// takes, and returns the state after it; an empty delta writes nothing.
+    MergeAppState => adk_merge_app_state(tenant: OptTextArg, app_name: TextArg, delta: JsonArg)
+        -> ScopeStateRow { state: "jsonb" }
+}
+
+/// One scope's state, as the state functions return it.
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct ScopeStateRow {
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub state: Option<Value>,
+}
+
 /// Every function the store calls: exactly what a service role may execute.
 pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
@@ -968,4 +1003,8 @@ pub const SIGNATURES: &[Signature] = &[
     ReadEventsAfter::SIGNATURE,
     RedactEvent::SIGNATURE,
     ArchiveList::SIGNATURE,
+    GetUserState::SIGNATURE,
+    GetAppState::SIGNATURE,
+    MergeUserState::SIGNATURE,
+    MergeAppState::SIGNATURE,
 ];

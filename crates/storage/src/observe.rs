@@ -48,10 +48,14 @@ pub enum Operation {
     EraseUser,
     Fork,
     RedactEvent,
+    GetUserState,
+    GetAppState,
+    MergeUserState,
+    MergeAppState,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 12] = [
+    pub const ALL: [Operation; 16] = [
         Self::Create,
         Self::Get,
         Self::List,
@@ -64,6 +68,10 @@ impl Operation {
         Self::EraseUser,
         Self::Fork,
         Self::RedactEvent,
+        Self::GetUserState,
+        Self::GetAppState,
+        Self::MergeUserState,
+        Self::MergeAppState,
     ];
 
     /// The `operation` field and label: the `SessionStore` method's name.
@@ -81,6 +89,10 @@ impl Operation {
             Self::EraseUser => "erase_user",
             Self::Fork => "fork",
             Self::RedactEvent => "redact_event",
+            Self::GetUserState => "get_user_state",
+            Self::GetAppState => "get_app_state",
+            Self::MergeUserState => "merge_user_state",
+            Self::MergeAppState => "merge_app_state",
         }
     }
 }

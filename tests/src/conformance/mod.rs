@@ -27,6 +27,7 @@ mod media;
 mod metadata;
 mod redact;
 mod rewind_rollover;
+mod scoped_state;
 mod validation;
 
 pub use append::*;
@@ -43,6 +44,7 @@ pub use media::*;
 pub use metadata::*;
 pub use redact::*;
 pub use rewind_rollover::*;
+pub use scoped_state::*;
 pub use validation::*;
 
 use std::fmt::Debug;
@@ -174,6 +176,13 @@ macro_rules! conformance_tests {
             list_filters_by_an_updated_window_exact_to_the_nanosecond,
             list_filters_page_by_keyset_without_gaps_or_duplicates,
             list_refuses_bad_filters,
+            // user and app state without a session
+            scoped_state_reads_empty_then_round_trips_merges,
+            a_direct_merge_shows_in_every_session_of_the_user_with_prefixes,
+            direct_merges_treat_null_and_empty_deltas_as_an_append_does,
+            bad_scope_deltas_are_refused_and_nothing_is_written,
+            app_state_is_shared_by_users_and_user_state_is_per_user_and_app,
+            direct_merges_racing_appends_lose_no_key,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
             app_names_that_look_alike_are_refused,

@@ -22,12 +22,22 @@ async fn the_store_is_distributed_by_user_and_colocated() {
     assert_eq!(layout.reference_tables, ["adk_app_states", "adk_role_apps", "adk_store_policy"]);
     assert_eq!(layout.workers, 2);
     assert!(layout.schema_guarded, "migrated as a superuser, the store's schema is guarded");
-    for function in
-        ["adk_append_event(", "adk_get_session(", "adk_list_sessions(", "adk_create_session(", "adk_redact_event("]
-    {
+    for function in [
+        "adk_append_event(",
+        "adk_get_session(",
+        "adk_list_sessions(",
+        "adk_create_session(",
+        "adk_redact_event(",
+        "adk_get_user_state(",
+        "adk_merge_user_state(",
+    ] {
         assert!(layout.delegated_functions.iter().any(|f| f.starts_with(function)), "{function} in {layout:?}");
     }
     assert!(!layout.delegated_functions.iter().any(|f| f.starts_with("adk_erase_user")), "{layout:?}");
+    // App state is a reference table, written and read on the coordinator.
+    for function in ["adk_get_app_state(", "adk_merge_app_state("] {
+        assert!(!layout.delegated_functions.iter().any(|f| f.starts_with(function)), "{function} in {layout:?}");
+    }
 
     let sql = client(db.url()).await;
     let colocations: i64 = sql
@@ -99,6 +109,81 @@ async fn a_users_operations_are_delegated_to_the_worker_holding_the_user() {
         let stored: i64 =
             sql.query_one("SELECT count(*) FROM adk_events WHERE user_id = $1", &[user]).await.unwrap().get(0);
         assert_eq!(stored, APPENDS);
+    }
+}
+
+/// A user's state read and merged directly runs on the worker holding the
+/// user, where its rows are; app state, a reference table, is merged from
+/// the coordinator into every node's copy; and merges racing appends of the
+/// same user and app lose no key there either.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn scoped_state_runs_where_the_user_is_and_loses_no_update() {
+    let db = test_database().await;
+    let workers = db.worker_urls();
+    assert_eq!(workers.len(), 2, "{NEEDS_CITUS}");
+    let sql = client(db.url()).await;
+    let users = users_on_two_workers(&sql).await;
+    sql.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await.unwrap();
+    let mut worker_clients = Vec::new();
+    for url in &workers {
+        let worker = client(url).await;
+        let port: i32 = worker.query_one("SELECT current_setting('port')::int", &[]).await.unwrap().get(0);
+        worker_clients.push((port, worker));
+    }
+    let store = std::sync::Arc::new(store(db.url()).await);
+    let app = AppName::new("app").unwrap();
+    let obj = |v: serde_json::Value| v.as_object().cloned().unwrap();
+    const MERGES: i64 = 3;
+    for (user, _) in &users {
+        let user = UserId::new(user.as_str()).unwrap();
+        for n in 0..MERGES {
+            store.merge_user_state(&app, &user, obj(serde_json::json!({ "n": n }))).await.unwrap();
+        }
+        assert_eq!(store.get_user_state(&app, &user).await.unwrap(), obj(serde_json::json!({"n": MERGES - 1})));
+    }
+    for (user, port) in &users {
+        let (_, worker) = worker_clients.iter().find(|(p, _)| p == port).expect("the user's worker");
+        assert_eq!(calls_on(worker, "adk_merge_user_state").await, MERGES, "merges on the worker of {user}");
+        assert_eq!(calls_on(worker, "adk_get_user_state").await, 1, "the read on the worker of {user}");
+    }
+    store.merge_app_state(&app, obj(serde_json::json!({"motd": "hi"}))).await.unwrap();
+    assert_eq!(store.get_app_state(&app).await.unwrap(), obj(serde_json::json!({"motd": "hi"})));
+
+    // Appends (delegated to the user's worker) and direct merges racing on
+    // one user's and one app's rows.
+    const TASKS: usize = 4;
+    const PER_TASK: usize = 10;
+    let user = UserId::new(users[0].0.as_str()).unwrap();
+    let mut writers = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let key = new_session(&*store, "app", user.as_str()).await;
+        let appender = store.clone();
+        writers.spawn(async move {
+            for j in 0..PER_TASK {
+                let delta = serde_json::json!({ format!("user:e{task}"): j, format!("app:e{task}"): j });
+                appender.append(&key, with_delta(delta), Default::default()).await.unwrap();
+            }
+        });
+        let (store, app, user) = (store.clone(), app.clone(), user.clone());
+        writers.spawn(async move {
+            for j in 0..PER_TASK {
+                let delta = serde_json::json!({ format!("m{task}"): j }).as_object().cloned().unwrap();
+                store.merge_user_state(&app, &user, delta.clone()).await.unwrap();
+                store.merge_app_state(&app, delta).await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.unwrap();
+    }
+    let user_state = store.get_user_state(&app, &user).await.unwrap();
+    let app_state = store.get_app_state(&app).await.unwrap();
+    for task in 0..TASKS {
+        for key in [format!("e{task}"), format!("m{task}")] {
+            assert_eq!(user_state.get(&key), Some(&serde_json::json!(PER_TASK - 1)), "user {key}: {user_state:?}");
+            assert_eq!(app_state.get(&key), Some(&serde_json::json!(PER_TASK - 1)), "app {key}: {app_state:?}");
+        }
     }
 }
 

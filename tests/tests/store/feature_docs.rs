@@ -15,13 +15,14 @@ use chrono::{TimeDelta, Utc};
 
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
-const FEATURE_PAGES: [(&str, &str, usize); 6] = [
+const FEATURE_PAGES: [(&str, &str, usize); 7] = [
     ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
     ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
     ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
     ("docs/features/erasing-a-user.md", include_str!("../../../docs/features/erasing-a-user.md"), 1),
     ("docs/features/redacting-an-event.md", include_str!("../../../docs/features/redacting-an-event.md"), 1),
     ("docs/features/media.md", include_str!("../../../docs/features/media.md"), 1),
+    ("docs/features/scoped-state.md", include_str!("../../../docs/features/scoped-state.md"), 1),
 ];
 const THIS_FILE: &str = include_str!("feature_docs.rs");
 
@@ -121,6 +122,31 @@ async fn redacting_an_event() -> anyhow::Result<()> {
     let read = store.get(&key, Default::default()).await?;
     assert_eq!(read.events[0], done.event);
     assert!(!serde_json::to_string(&read.events[0])?.contains("4111"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_and_app_state_without_a_session() -> anyhow::Result<()> {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let (app, user) = names();
+    let key = adk_postgres_tests::pg::new_session(&store, app.as_str(), user.as_str()).await;
+    use serde_json::json;
+
+    // Read: the scope's own keys, without the `user:` prefix; `{}` when there is none.
+    let prefs = store.get_user_state(&app, &user).await?;
+    // Merge: exactly an append's `user:` delta, under the same row lock; returns the state after it.
+    let delta = json!({"tier": "gold", "trial": null});
+    let after = store.merge_user_state(&app, &user, delta.as_object().cloned().unwrap_or_default()).await?;
+    assert_eq!(after["tier"], "gold");
+    let motd = json!({"motd": "maintenance at 22:00 UTC"});
+    let flags = store.merge_app_state(&app, motd.as_object().cloned().unwrap_or_default()).await?;
+
+    assert!(prefs.is_empty());
+    assert_eq!(after.get("trial"), Some(&serde_json::Value::Null), "null is stored, as in an append");
+    let session = store.get(&key, Default::default()).await?;
+    assert_eq!(session.state["user:tier"], "gold", "every session of the user sees it, prefixed");
+    assert_eq!(session.state["app:motd"], flags["motd"]);
     Ok(())
 }
 

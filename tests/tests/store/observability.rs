@@ -232,6 +232,16 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
     store.set_metadata(&successor, SessionMetadata::new().with_label("kind", "test")).await.expect("set_metadata");
     store.fork(&successor, 1, Some("forked".into())).await.expect("fork");
     store.redact_event(&successor, "summary", "pasted a secret", RedactOptions::default()).await.expect("redact");
+    store
+        .merge_user_state(&app(), &user(), json!({"tier": USER_STATE_VALUE}).as_object().cloned().expect("object"))
+        .await
+        .expect("merge_user_state");
+    store.get_user_state(&app(), &user()).await.expect("get_user_state");
+    store
+        .merge_app_state(&app(), json!({"motd": STATE_VALUE}).as_object().cloned().expect("object"))
+        .await
+        .expect("merge_app_state");
+    store.get_app_state(&app()).await.expect("get_app_state");
     store.delete(&successor).await.expect("delete");
     store.erase_user(&app(), &user()).await.expect("erase_user");
 
@@ -252,6 +262,10 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
             "set_metadata",
             "fork",
             "redact_event",
+            "merge_user_state",
+            "get_user_state",
+            "merge_app_state",
+            "get_app_state",
             "delete",
             "erase_user"
         ]

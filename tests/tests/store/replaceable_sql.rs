@@ -46,7 +46,15 @@ const CHANGED_SINCE_RELEASE: &[&str] = &[
 
 /// Store functions the released migrations did not have: the released
 /// service role cannot be granted them, and the install grants them to it.
-const NEW_SINCE_RELEASE: &[&str] = &["adk_redact_event", "adk_get_blobs", "adk_archive_list"];
+const NEW_SINCE_RELEASE: &[&str] = &[
+    "adk_redact_event",
+    "adk_get_blobs",
+    "adk_archive_list",
+    "adk_get_user_state",
+    "adk_get_app_state",
+    "adk_merge_user_state",
+    "adk_merge_app_state",
+];
 
 /// Everything of the catalog the install may touch, keyed by object, with
 /// role names in place of oids so two databases compare: each function's

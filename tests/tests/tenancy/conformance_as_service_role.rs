@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use adk_postgres_domain::{
     AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
-    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
+    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
@@ -266,6 +266,44 @@ impl SessionStore for PerAppFixed {
         Self: 'a,
     {
         Box::pin(async move { self.of(&key.app_name).await.redact_event(key, event_id, reason, options).await })
+    }
+
+    fn get_user_state<'s, 'p, 'u, 'a>(&'s self, app: &'p AppName, user: &'u UserId) -> Boxed<'a, State>
+    where
+        's: 'a,
+        'p: 'a,
+        'u: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(app).await.get_user_state(app, user).await })
+    }
+
+    fn get_app_state<'s, 'p, 'a>(&'s self, app: &'p AppName) -> Boxed<'a, State>
+    where
+        's: 'a,
+        'p: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(app).await.get_app_state(app).await })
+    }
+
+    fn merge_user_state<'s, 'p, 'u, 'a>(&'s self, app: &'p AppName, user: &'u UserId, delta: State) -> Boxed<'a, State>
+    where
+        's: 'a,
+        'p: 'a,
+        'u: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(app).await.merge_user_state(app, user, delta).await })
+    }
+
+    fn merge_app_state<'s, 'p, 'a>(&'s self, app: &'p AppName, delta: State) -> Boxed<'a, State>
+    where
+        's: 'a,
+        'p: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(app).await.merge_app_state(app, delta).await })
     }
 }
 

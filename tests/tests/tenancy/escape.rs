@@ -947,6 +947,23 @@ fn foreign_writes(t: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// User and app state of alpha, read and merged directly, with tenant `t`:
+/// refused (42501) like a write, reads too, since `{}` would be a state.
+fn foreign_state_calls(t: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("adk_get_user_state", format!("SELECT * FROM adk_get_user_state({t}, 'alpha', 'u1')")),
+        ("adk_get_app_state", format!("SELECT * FROM adk_get_app_state({t}, 'alpha')")),
+        (
+            "adk_merge_user_state",
+            format!("SELECT * FROM adk_merge_user_state({t}, 'alpha', 'u1', '{{\"plan\": \"forged\"}}')"),
+        ),
+        ("adk_merge_app_state", format!("SELECT * FROM adk_merge_app_state({t}, 'alpha', '{{\"motd\": \"forged\"}}')")),
+        // An empty delta writes nothing, but still reads the state back.
+        ("adk_merge_user_state (empty)", format!("SELECT * FROM adk_merge_user_state({t}, 'alpha', 'u1', '{{}}')")),
+        ("adk_merge_app_state (empty)", format!("SELECT * FROM adk_merge_app_state({t}, 'alpha', '{{}}')")),
+    ]
+}
+
 async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
     let w = world().await;
     let before = (w.fingerprint("alpha").await, w.fingerprint("beta").await);
@@ -955,8 +972,15 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
         for (function, query) in foreign_reads(t) {
             at.count(&format!("role B, {case}: {function} of alpha"), &b, &query, 0).await;
         }
-        for (function, statement) in foreign_writes(t) {
+        for (function, statement) in foreign_writes(t).into_iter().chain(foreign_state_calls(t)) {
             at.refused(&format!("role B, {case}: {function} of alpha"), &b, &statement).await;
+        }
+    }
+    // A role bound to no app at all, naming alpha or nothing.
+    let unbound = client(&service_role(&w.db, "unbound", AppBinding::Keep).await.url).await;
+    for (case, t) in [("tenant alpha", "'alpha'"), ("no tenant", "NULL")] {
+        for (function, statement) in foreign_state_calls(t) {
+            at.refused(&format!("a role bound to nothing, {case}: {function} of alpha"), &unbound, &statement).await;
         }
     }
     // Forging the setting first changes nothing, and a tenant the store set
@@ -975,10 +999,19 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
             .await;
     }
     end_acting(&b).await;
-    for (function, statement) in foreign_writes("'alpha'") {
+    for (function, statement) in foreign_writes("'alpha'").into_iter().chain(foreign_state_calls("'alpha'")) {
         at.refused_for(&format!("role B, adk.app_name forged to alpha: {function} of alpha"), &b, "alpha", &statement)
             .await;
     }
+    // Role A, bound to alpha, reads alpha's state: the refusals above were
+    // not for want of a state to find.
+    let a = client(&w.a.url).await;
+    let plan: String = a
+        .query_one("SELECT state ->> 'plan' FROM adk_get_user_state('alpha', 'alpha', 'u1')", &[])
+        .await
+        .expect("role A reads alpha's user state")
+        .get(0);
+    assert_eq!(plan, "alpha");
     // Role A, bound to alpha, reads the same blob: the reads above could
     // have found it.
     if w.db.worker_urls().is_empty() {
@@ -1052,6 +1085,19 @@ async fn store_reaches_alpha(
     at.check(&format!("{label}: redact an event of alpha"), refused(&redacted), &redacted);
     let deleted = store.delete(alpha).await;
     at.check(&format!("{label}: delete alpha"), refused(&deleted), &deleted);
+
+    let denied =
+        |r: &Result<adk_postgres_domain::State, StoreError>| matches!(r, Err(StoreError::PermissionDenied { .. }));
+    let (app, user) = (&alpha.app_name, &alpha.user_id);
+    let read = store.get_user_state(app, user).await;
+    at.check(&format!("{label}: get alpha's user state"), denied(&read), &read);
+    let read = store.get_app_state(app).await;
+    at.check(&format!("{label}: get alpha's app state"), denied(&read), &read);
+    let forged = json!({"plan": "forged", "motd": "forged"}).as_object().cloned().expect("an object");
+    let merged = store.merge_user_state(app, user, forged.clone()).await;
+    at.check(&format!("{label}: merge into alpha's user state"), denied(&merged), &merged);
+    let merged = store.merge_app_state(app, forged).await;
+    at.check(&format!("{label}: merge into alpha's app state"), denied(&merged), &merged);
 }
 
 async fn the_rust_store_for_another_app(at: &mut Attempts) {

@@ -10,8 +10,8 @@
 //! One file per resource, each an `impl PgSessionStore` block with that
 //! resource's operations: `sessions` (create, get, list, delete, find,
 //! metadata, rollover), `events` (append, rewind), `fork`, `redact` (one
-//! event's tombstone), `erase` (a user's data) and [`feed`] (the live
-//! change feed). This file holds the
+//! event's tombstone), `state` (user and app state without a session),
+//! `erase` (a user's data) and [`feed`] (the live change feed). This file holds the
 //! store itself and the `SessionStore` face; the operations call one
 //! another directly, never through the `SessionStore` methods, so a
 //! caller's call is one span and one measurement however many statements
@@ -41,6 +41,7 @@ mod fork;
 pub(crate) mod media;
 mod redact;
 mod sessions;
+mod state;
 
 pub use crate::pool::CheckoutObserver;
 pub use erase::{DEFAULT_ERASE_BATCH, EraseOptions, EraseProgress, EraseStep, ErasureReport, MAX_ERASE_BATCH};
@@ -302,5 +303,23 @@ impl SessionStore for PgSessionStore {
         Observation::new(Operation::RedactEvent, Some(&key.app_name))
             .run(self.bounded(self.redact_stored_event(key, event_id, reason, options)))
             .await
+    }
+
+    async fn get_user_state(&self, app: &AppName, user: &UserId) -> Result<State, StoreError> {
+        Observation::new(Operation::GetUserState, Some(app)).run(self.bounded(self.read_user_state(app, user))).await
+    }
+
+    async fn get_app_state(&self, app: &AppName) -> Result<State, StoreError> {
+        Observation::new(Operation::GetAppState, Some(app)).run(self.bounded(self.read_app_state(app))).await
+    }
+
+    async fn merge_user_state(&self, app: &AppName, user: &UserId, delta: State) -> Result<State, StoreError> {
+        Observation::new(Operation::MergeUserState, Some(app))
+            .run(self.bounded(self.merge_user_delta(app, user, delta)))
+            .await
+    }
+
+    async fn merge_app_state(&self, app: &AppName, delta: State) -> Result<State, StoreError> {
+        Observation::new(Operation::MergeAppState, Some(app)).run(self.bounded(self.merge_app_delta(app, delta))).await
     }
 }
