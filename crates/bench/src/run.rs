@@ -809,13 +809,21 @@ impl Bench {
             counts.insert(RoundTripKind::Create, peer, proxy.traffic().minus(before), n);
             // appends with a session delta only, then with a user: delta too
             let session = format!("{tag}-0");
+            // One invocation throughout: the user's events here are never
+            // answered, so a new invocation each time would find the session
+            // busy under the invocation lease.
+            let invocation = format!("{tag}-invocation");
             for (kind, offset) in [(RoundTripKind::Append, 0), (RoundTripKind::AppendUserDelta, 9)] {
                 for i in 0..WARM_UP {
-                    driver.append("rt", &format!("{tag}-warm-{i}"), driver.prepare(workload::event(offset))?).await?;
+                    let mut event = workload::event(offset);
+                    event.invocation_id = invocation.clone();
+                    driver.append("rt", &format!("{tag}-warm-{i}"), driver.prepare(event)?).await?;
                 }
                 let before = proxy.traffic();
                 for i in 0..n {
-                    driver.append("rt", &session, driver.prepare(workload::event(offset + 10 * (i + 1)))?).await?;
+                    let mut event = workload::event(offset + 10 * (i + 1));
+                    event.invocation_id = invocation.clone();
+                    driver.append("rt", &session, driver.prepare(event)?).await?;
                 }
                 counts.insert(kind, peer, proxy.traffic().minus(before), n);
             }
