@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::app_list::{AppSessionPage, ListAppSessions};
 use crate::metadata::SessionMetadata;
+use crate::paging::{EventPage, EventsPage};
 use crate::redaction::{RedactOptions, Redacted};
 use crate::session::{AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, Session, SessionPage};
 
@@ -95,4 +97,19 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         reason: &str,
         options: RedactOptions,
     ) -> Result<Redacted, StoreError>;
+
+    /// One page of a session's events without loading the session
+    /// ([`crate::paging`]): forward from the start or after a `seq`,
+    /// backward from the end or before one, in ascending `seq` order, with
+    /// the session's version, all in one snapshot. A limit outside
+    /// 1..=[`crate::paging::MAX_EVENT_PAGE`] is `InvalidInput` naming
+    /// `limit`, with nothing read; a missing, expired or other user's
+    /// session is `NotFound`.
+    async fn list_events(&self, key: &SessionKey, page: EventPage) -> Result<EventsPage, StoreError>;
+
+    /// One page of an app's live sessions across its users, newest created
+    /// first, without events ([`crate::app_list`]), with the user listing's
+    /// filters. For the store's owner and roles bound to the app; any other
+    /// role is refused with `PermissionDenied`.
+    async fn list_app_sessions(&self, request: &ListAppSessions) -> Result<AppSessionPage, StoreError>;
 }

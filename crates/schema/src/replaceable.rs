@@ -136,6 +136,8 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_release_blobs()",
     "adk_archive_list(text,text)",
     "adk_archive_read_only()",
+    "adk_list_events(text,text,text,text,bigint,bigint,bigint)",
+    "adk_list_app_sessions(text,text,timestamp with time zone,text,text,bigint,jsonb,timestamp with time zone,timestamp with time zone)",
 ];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.

@@ -48,10 +48,12 @@ pub enum Operation {
     EraseUser,
     Fork,
     RedactEvent,
+    ListEvents,
+    ListAppSessions,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 12] = [
+    pub const ALL: [Operation; 14] = [
         Self::Create,
         Self::Get,
         Self::List,
@@ -64,6 +66,8 @@ impl Operation {
         Self::EraseUser,
         Self::Fork,
         Self::RedactEvent,
+        Self::ListEvents,
+        Self::ListAppSessions,
     ];
 
     /// The `operation` field and label: the `SessionStore` method's name.
@@ -81,6 +85,8 @@ impl Operation {
             Self::EraseUser => "erase_user",
             Self::Fork => "fork",
             Self::RedactEvent => "redact_event",
+            Self::ListEvents => "list_events",
+            Self::ListAppSessions => "list_app_sessions",
         }
     }
 }

@@ -46,7 +46,8 @@ const CHANGED_SINCE_RELEASE: &[&str] = &[
 
 /// Store functions the released migrations did not have: the released
 /// service role cannot be granted them, and the install grants them to it.
-const NEW_SINCE_RELEASE: &[&str] = &["adk_redact_event", "adk_get_blobs", "adk_archive_list"];
+const NEW_SINCE_RELEASE: &[&str] =
+    &["adk_redact_event", "adk_get_blobs", "adk_archive_list", "adk_list_events", "adk_list_app_sessions"];
 
 /// Everything of the catalog the install may touch, keyed by object, with
 /// role names in place of oids so two databases compare: each function's

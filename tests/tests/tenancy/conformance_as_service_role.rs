@@ -19,6 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use adk_postgres_domain::{
+    AppSessionPage, EventPage, EventsPage, ListAppSessions,
     AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
     Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
@@ -266,6 +267,24 @@ impl SessionStore for PerAppFixed {
         Self: 'a,
     {
         Box::pin(async move { self.of(&key.app_name).await.redact_event(key, event_id, reason, options).await })
+    }
+
+    fn list_events<'s, 'k, 'a>(&'s self, key: &'k SessionKey, page: EventPage) -> Boxed<'a, EventsPage>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&key.app_name).await.list_events(key, page).await })
+    }
+
+    fn list_app_sessions<'s, 'r, 'a>(&'s self, request: &'r ListAppSessions) -> Boxed<'a, AppSessionPage>
+    where
+        's: 'a,
+        'r: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&request.app_name).await.list_app_sessions(request).await })
     }
 }
 
