@@ -44,9 +44,9 @@ mod state;
 
 pub use error::{codes, to_adk_error};
 pub use event::{REDACTION_AT, REDACTION_REASON, REDACTION_STATE_DELTA, from_store_event, to_store_event};
+pub use paging::AdkEventsPage;
 #[cfg(feature = "scripted")]
 pub use scripted::{ScriptedLlm, ScriptedTurn};
-pub use paging::AdkEventsPage;
 pub use service::PgSessionService;
 
 /// The store contract the service runs on, re-exported so one dependency

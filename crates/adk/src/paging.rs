@@ -43,13 +43,10 @@ impl PgSessionService {
     /// (`EventPage::first(100)`, `EventPage::before(seq, 50)`, …): at most
     /// 1,000, in one snapshot. A bad limit is an invalid-argument error
     /// naming `limit`; a missing session is not-found.
-    pub async fn list_events(
-        &self,
-        identity: &adk_core::AdkIdentity,
-        page: EventPage,
-    ) -> Result<AdkEventsPage> {
-        let key = SessionKey::parse(identity.app_name.as_ref(), identity.user_id.as_ref(), identity.session_id.as_ref())
-            .map_err(to_adk_error)?;
+    pub async fn list_events(&self, identity: &adk_core::AdkIdentity, page: EventPage) -> Result<AdkEventsPage> {
+        let key =
+            SessionKey::parse(identity.app_name.as_ref(), identity.user_id.as_ref(), identity.session_id.as_ref())
+                .map_err(to_adk_error)?;
         let read = self.store().list_events(&key, page).await.map_err(to_adk_error)?;
         let events = read
             .events

@@ -516,7 +516,9 @@ impl SessionStore for InMemoryStore {
         let page_size = request.effective_page_size();
         let now = Utc::now();
         let tables = self.tables();
-        let position = |k: &SessionKey, s: &StoredSession| (s.created_at.timestamp_micros(), k.user_id.clone(), k.session_id.clone());
+        let position = |k: &SessionKey, s: &StoredSession| {
+            (s.created_at.timestamp_micros(), k.user_id.clone(), k.session_id.clone())
+        };
         let mut rows: Vec<(&SessionKey, &StoredSession)> = tables
             .sessions
             .iter()

@@ -119,7 +119,8 @@ impl EventsPage {
 /// The page `page` selects of `events` (all of a session's events, in
 /// `seq` order from 1): what both stores answer, stated once.
 pub fn select(events: &[Event], page: EventPage, version: u64) -> EventsPage {
-    let numbered = events.iter().enumerate().map(|(i, event)| SequencedEvent { seq: i as u64 + 1, event: event.clone() });
+    let numbered =
+        events.iter().enumerate().map(|(i, event)| SequencedEvent { seq: i as u64 + 1, event: event.clone() });
     let (events, more): (Vec<SequencedEvent>, bool) = match page.cursor {
         EventCursor::Start | EventCursor::After(_) => {
             let after = match page.cursor {
@@ -136,7 +137,8 @@ pub fn select(events: &[Event], page: EventPage, version: u64) -> EventsPage {
                 EventCursor::Before(seq) => seq,
                 _ => u64::MAX,
             };
-            let mut rest: Vec<SequencedEvent> = numbered.rev().filter(|e| e.seq < before).take(page.limit + 1).collect();
+            let mut rest: Vec<SequencedEvent> =
+                numbered.rev().filter(|e| e.seq < before).take(page.limit + 1).collect();
             let more = rest.len() > page.limit;
             rest.truncate(page.limit);
             rest.reverse();

@@ -4,10 +4,10 @@
 
 use async_trait::async_trait;
 
+use crate::app_list::{AppSessionPage, ListAppSessions};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
-use crate::app_list::{AppSessionPage, ListAppSessions};
 use crate::metadata::SessionMetadata;
 use crate::paging::{EventPage, EventsPage};
 use crate::redaction::{RedactOptions, Redacted};

@@ -13,6 +13,7 @@
 //! The adapter's `SessionService` suite (crates/adk/tests/adk/suite.rs) is run the
 //! same way, by [`adk_postgres_testing::contract_tests!`].
 
+mod app_list;
 mod append;
 mod concurrency;
 mod create;
@@ -24,10 +25,12 @@ mod get;
 mod list;
 mod media;
 mod metadata;
+mod paging;
 mod redact;
 mod rewind_rollover;
 mod validation;
 
+pub use app_list::*;
 pub use append::*;
 pub use concurrency::*;
 pub use create::*;
@@ -39,6 +42,7 @@ pub use get::*;
 pub use list::*;
 pub use media::*;
 pub use metadata::*;
+pub use paging::*;
 pub use redact::*;
 pub use rewind_rollover::*;
 pub use validation::*;
@@ -166,6 +170,16 @@ macro_rules! conformance_tests {
             list_filters_by_an_updated_window_exact_to_the_nanosecond,
             list_filters_page_by_keyset_without_gaps_or_duplicates,
             list_refuses_bad_filters,
+            // list_events
+            list_events_pages_forward_and_backward_without_gaps,
+            list_events_refuses_bad_limits_and_missing_sessions,
+            list_events_of_an_expired_session_is_not_found,
+            list_events_during_concurrent_appends_is_gapless_and_in_order,
+            // list_app_sessions
+            list_app_sessions_spans_users_newest_created_first,
+            list_app_sessions_pages_by_keyset_without_gaps_or_duplicates,
+            list_app_sessions_filters_by_labels_and_update_window,
+            list_app_sessions_refuses_bad_tokens_and_filters,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
             app_names_that_look_alike_are_refused,

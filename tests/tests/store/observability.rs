@@ -232,6 +232,8 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
     store.set_metadata(&successor, SessionMetadata::new().with_label("kind", "test")).await.expect("set_metadata");
     store.fork(&successor, 1, Some("forked".into())).await.expect("fork");
     store.redact_event(&successor, "summary", "pasted a secret", RedactOptions::default()).await.expect("redact");
+    store.list_events(&successor, adk_postgres_domain::EventPage::first(10)).await.expect("list_events");
+    store.list_app_sessions(&adk_postgres_domain::ListAppSessions::new(app())).await.expect("list_app_sessions");
     store.delete(&successor).await.expect("delete");
     store.erase_user(&app(), &user()).await.expect("erase_user");
 
@@ -252,6 +254,8 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
             "set_metadata",
             "fork",
             "redact_event",
+            "list_events",
+            "list_app_sessions",
             "delete",
             "erase_user"
         ]

@@ -19,9 +19,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use adk_postgres_domain::{
-    AppSessionPage, EventPage, EventsPage, ListAppSessions,
-    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
-    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, StoreConfig, StoreError, UserId,
+    AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions,
+    ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey, SessionMetadata,
+    SessionPage, SessionStore, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_storage::{PgSessionStore, TenantScope};

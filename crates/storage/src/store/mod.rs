@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use adk_postgres_domain::state::state_from_value;
 use adk_postgres_domain::{
-    AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions, ListAppSessions, ListSessions, RedactOptions, Redacted,
-    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
+    AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions,
+    ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey, SessionMetadata,
+    SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use async_trait::async_trait;
 use diesel::data_types::PgInterval;

@@ -5,8 +5,8 @@
 
 use adk_postgres_domain::state::SharedScopes;
 use adk_postgres_domain::{
-    AppPageToken, AppSessionPage, Event, EventCursor, EventPage, EventsPage, ListAppSessions, SequencedEvent, SessionId,
-    SessionKey, SessionMetadata, SessionSummary, StoreError, UserId,
+    AppPageToken, AppSessionPage, Event, EventCursor, EventPage, EventsPage, ListAppSessions, SequencedEvent,
+    SessionId, SessionKey, SessionMetadata, SessionSummary, StoreError, UserId,
 };
 use chrono::{DateTime, Utc};
 
@@ -82,10 +82,7 @@ impl PgSessionStore {
         Ok(EventsPage { events, more, version: version(last_seq) })
     }
 
-    pub(super) async fn list_app_sessions_page(
-        &self,
-        request: &ListAppSessions,
-    ) -> Result<AppSessionPage, StoreError> {
+    pub(super) async fn list_app_sessions_page(&self, request: &ListAppSessions) -> Result<AppSessionPage, StoreError> {
         request.validate_filters()?;
         let position = request.page_token.as_ref().map(AppPageToken::position).transpose()?;
         let after_created = position
@@ -122,7 +119,9 @@ impl PgSessionStore {
             sessions.push(summary(request, row, &app)?);
         }
         let next_page_token = if more {
-            sessions.last().map(|s| AppPageToken::after(s.created_at.timestamp_micros(), &s.key.user_id, &s.key.session_id))
+            sessions
+                .last()
+                .map(|s| AppPageToken::after(s.created_at.timestamp_micros(), &s.key.user_id, &s.key.session_id))
         } else {
             None
         };
