@@ -36,6 +36,7 @@
 mod error;
 mod event;
 mod lease;
+mod paging;
 #[cfg(feature = "scripted")]
 mod scripted;
 mod service;
@@ -45,6 +46,7 @@ mod state_access;
 
 pub use error::{codes, to_adk_error};
 pub use event::{REDACTION_AT, REDACTION_REASON, REDACTION_STATE_DELTA, from_store_event, to_store_event};
+pub use paging::AdkEventsPage;
 #[cfg(feature = "scripted")]
 pub use scripted::{ScriptedLlm, ScriptedTurn};
 pub use service::PgSessionService;

@@ -21,6 +21,7 @@ mod labels;
 mod measure;
 mod media;
 mod ops;
+mod paging;
 mod pgstat;
 mod protocol;
 mod report;

@@ -18,6 +18,7 @@ use crate::labels::LabelListReport;
 use crate::measure::Latency;
 use crate::media::MediaReport;
 use crate::ops::Op;
+use crate::paging::PagingReport;
 use crate::pgstat::HotRatio;
 use crate::protocol::ProtocolReport;
 use crate::retention::RetentionReport;
@@ -214,6 +215,8 @@ pub struct Report {
     pub erase: EraseBenchReport,
     /// A user's listing filtered by labels, against unfiltered.
     pub labels: LabelListReport,
+    /// `list_events` page 1 and page 100 of a 10,000-event session.
+    pub paging: PagingReport,
     /// Append-to-watcher latency of the change feed, and its cost on appends.
     pub feed: FeedLatencyReport,
     /// `adk_events.payload` compressed with pglz against lz4; `None` when
@@ -697,6 +700,8 @@ impl Report {
         println!("{}", self.erase);
         println!();
         println!("{}", self.labels);
+        println!();
+        println!("{}", self.paging);
         println!();
         println!("{}", self.feed);
         println!();

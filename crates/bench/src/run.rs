@@ -36,7 +36,7 @@ use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
-use crate::{archive, erase, feed, labels, media, toast};
+use crate::{archive, erase, feed, labels, media, paging, toast};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -185,6 +185,11 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     migrate_ours(&beyond_url, today).await?;
     let labels = labels::measure_label_list(&beyond_url, bench.plan.label_sessions, bench.plan.label_calls).await?;
     bench.server.drop_database(BEYOND_DATABASE).await?;
+    log("list_events: page 1 and page 100 (of 100 events) of a 10,000-event session");
+    let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
+    migrate_ours(&beyond_url, today).await?;
+    let paging = paging::measure_list_events(&beyond_url, bench.plan.label_calls).await?;
+    bench.server.drop_database(BEYOND_DATABASE).await?;
     log("change feed: append-to-watcher latency under 8 writers");
     let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
     migrate_ours(&beyond_url, today).await?;
@@ -238,6 +243,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         rollup,
         erase,
         labels,
+        paging,
         feed,
         toast,
         media,

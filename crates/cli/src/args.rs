@@ -122,6 +122,10 @@ pub enum Command {
     /// short batches, leaving an audit record without content. App state
     /// stays. Safe to interrupt: run it again to finish.
     EraseUser(EraseUserArgs),
+    /// List an app's live sessions across its users, newest created first:
+    /// user, session, display name, labels, version, created and last
+    /// updated. For the store's owner and roles bound to the app.
+    Sessions(SessionsArgs),
     /// Turn the live change feed (watch, watch_app) on or off, or show it.
     /// Off after migrating: it costs appends a cluster-wide lock at commit.
     ChangeFeed {
@@ -182,6 +186,30 @@ pub struct EraseUserArgs {
     pub batch_size: u32,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// The app whose sessions to list.
+    #[arg(long)]
+    pub app: String,
+    /// Only sessions carrying this label (repeat: every one must match).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Only sessions last updated at or after this instant (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub updated_since: Option<DateTime<chrono::FixedOffset>>,
+    /// Most sessions shown (pages of up to 200 are read until then).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
 }
 
 /// When health turns into alerts: `status`'s exit code 2, and `serve`'s red

@@ -9,6 +9,7 @@
 
 mod args;
 mod render;
+mod sessions;
 
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -232,6 +233,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Serve(args) => serve(&url, args).await,
         Command::EraseUser(args) => erase_user(&url, args).await,
+        Command::Sessions(args) => sessions::list(&url, args).await,
         Command::ChangeFeed { switch } => change_feed(&url, switch).await,
     }
 }

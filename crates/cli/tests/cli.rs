@@ -948,3 +948,57 @@ async fn archive_keeps_a_day_it_cannot_write_then_archives_restores_and_verifies
     assert!(stdout(&bad).contains("BAD") && stdout(&bad).contains("SHA-256"), "{}", stdout(&bad));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_lists_an_app_across_users_as_a_table_or_json() {
+    let db = test_database().await;
+    let sql = connect(db.url()).await.expect("connect");
+    sql.batch_execute(
+        "INSERT INTO adk_sessions (app_name, user_id, session_id, created_at, labels, display_name) VALUES
+           ('support', 'ann', 'a1', now() - interval '3 minutes', '{\"team\": \"red\"}', 'Refund'),
+           ('support', 'bob', 'b1', now() - interval '2 minutes', '{\"team\": \"blue\"}', NULL),
+           ('support', 'cid', 'c1', now() - interval '1 minute', '{\"team\": \"red\"}', NULL),
+           ('other', 'ann', 'x1', now(), '{\"team\": \"red\"}', NULL)",
+    )
+    .await
+    .expect("sessions");
+
+    let table = adk_pg(db.url(), &["sessions", "--app", "support"]);
+    assert!(table.status.success(), "{table:?}");
+    let text = stdout(&table);
+    for cell in ["ann", "bob", "cid", "a1", "Refund", "team=red", "3 session(s) of app support"] {
+        assert!(text.contains(cell), "{cell}: {text}");
+    }
+    assert!(!text.contains("x1"), "another app's session: {text}");
+
+    let json = adk_pg(db.url(), &["sessions", "--app", "support", "--label", "team=red", "--json"]);
+    assert!(json.status.success(), "{json:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&json.stdout).expect("sessions --json is JSON");
+    let keys: Vec<String> = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| format!("{}/{}", s["user_id"].as_str().unwrap_or(""), s["session_id"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(keys, ["cid/c1", "ann/a1"], "newest created first, every user");
+    assert_eq!(listed["more"], false);
+
+    let one = adk_pg(db.url(), &["sessions", "--app", "support", "--limit", "1", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&one.stdout).expect("JSON");
+    assert_eq!((listed["sessions"].as_array().map(Vec::len), &listed["more"]), (Some(1), &serde_json::json!(true)));
+
+    let since =
+        adk_pg(db.url(), &["sessions", "--app", "support", "--updated-since", "2999-01-01T00:00:00Z", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&since.stdout).expect("JSON");
+    assert_eq!(listed["sessions"], serde_json::json!([]));
+
+    for bad in [
+        vec!["sessions", "--app", "support", "--label", "no-equals"],
+        vec!["sessions", "--app", "support", "--updated-since", "yesterday"],
+        vec!["sessions", "--app", "support", "--limit", "0"],
+        vec!["sessions", "--app", " padded"],
+    ] {
+        let refused = adk_pg(db.url(), &bad);
+        assert!(!refused.status.success(), "{bad:?} was accepted: {}", stdout(&refused));
+    }
+}

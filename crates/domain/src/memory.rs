@@ -8,11 +8,13 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
+use crate::app_list::{AppPageToken, AppSessionPage, ListAppSessions};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
 use crate::lease::LeaseState;
 use crate::metadata::{SessionMetadata, labels_match};
+use crate::paging::{EventPage, EventsPage};
 use crate::policy::StorePolicy;
 use crate::redaction::{RedactOptions, Redacted, check_event_id, check_reason};
 use crate::session::{
@@ -562,5 +564,60 @@ impl SessionStore for InMemoryStore {
             tables.app_states.insert(app.clone(), merged.clone());
         }
         Ok(merged)
+    }
+
+    async fn list_events(&self, key: &SessionKey, page: EventPage) -> Result<EventsPage, StoreError> {
+        page.validate()?;
+        let tables = self.tables();
+        let stored = tables
+            .sessions
+            .get(key)
+            .filter(|s| s.is_live(Utc::now()))
+            .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        Ok(crate::paging::select(&stored.events, page, stored.last_seq))
+    }
+
+    async fn list_app_sessions(&self, request: &ListAppSessions) -> Result<AppSessionPage, StoreError> {
+        request.validate_filters()?;
+        let cursor = request.page_token.as_ref().map(AppPageToken::position).transpose()?;
+        let page_size = request.effective_page_size();
+        let now = Utc::now();
+        let tables = self.tables();
+        let position = |k: &SessionKey, s: &StoredSession| {
+            (s.created_at.timestamp_micros(), k.user_id.clone(), k.session_id.clone())
+        };
+        let mut rows: Vec<(&SessionKey, &StoredSession)> = tables
+            .sessions
+            .iter()
+            .filter(|(k, s)| k.app_name == request.app_name && s.is_live(now))
+            .filter(|(_, s)| labels_match(&s.metadata.labels, &request.labels))
+            .filter(|(_, s)| request.updated_after.is_none_or(|after| s.updated_at >= after))
+            .filter(|(_, s)| request.updated_before.is_none_or(|before| s.updated_at < before))
+            .filter(|(k, s)| match &cursor {
+                Some(at) => position(k, s) < (at.created_micros, at.user_id.clone(), at.session_id.clone()),
+                None => true,
+            })
+            .collect();
+        rows.sort_by_key(|(k, s)| std::cmp::Reverse(position(k, s)));
+        let more = rows.len() > page_size;
+        rows.truncate(page_size);
+        let next_page_token = if more {
+            rows.last().map(|(k, s)| AppPageToken::after(s.created_at.timestamp_micros(), &k.user_id, &k.session_id))
+        } else {
+            None
+        };
+        let sessions = rows
+            .into_iter()
+            .map(|(key, s)| SessionSummary {
+                key: key.clone(),
+                state: tables.merged_state(key, &s.state),
+                version: s.last_seq,
+                last_update_time: s.updated_at,
+                created_at: s.created_at,
+                expires_at: s.expires_at,
+                metadata: s.metadata.clone(),
+            })
+            .collect();
+        Ok(AppSessionPage { sessions, next_page_token })
     }
 }

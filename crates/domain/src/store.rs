@@ -4,10 +4,12 @@
 
 use async_trait::async_trait;
 
+use crate::app_list::{AppSessionPage, ListAppSessions};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
 use crate::metadata::SessionMetadata;
+use crate::paging::{EventPage, EventsPage};
 use crate::redaction::{RedactOptions, Redacted};
 use crate::session::{AppendOptions, Appended, CreateSession, Erasure, GetOptions, ListSessions, Session, SessionPage};
 use crate::state::State;
@@ -121,4 +123,19 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// [`SessionStore::merge_user_state`] for the app's state, shared by all
     /// of its users (`delta (app scope)` in a size error).
     async fn merge_app_state(&self, app: &AppName, delta: State) -> Result<State, StoreError>;
+
+    /// One page of a session's events without loading the session
+    /// ([`crate::paging`]): forward from the start or after a `seq`,
+    /// backward from the end or before one, in ascending `seq` order, with
+    /// the session's version, all in one snapshot. A limit outside
+    /// 1..=[`crate::paging::MAX_EVENT_PAGE`] is `InvalidInput` naming
+    /// `limit`, with nothing read; a missing, expired or other user's
+    /// session is `NotFound`.
+    async fn list_events(&self, key: &SessionKey, page: EventPage) -> Result<EventsPage, StoreError>;
+
+    /// One page of an app's live sessions across its users, newest created
+    /// first, without events ([`crate::app_list`]), with the user listing's
+    /// filters. For the store's owner and roles bound to the app; any other
+    /// role is refused with `PermissionDenied`.
+    async fn list_app_sessions(&self, request: &ListAppSessions) -> Result<AppSessionPage, StoreError>;
 }

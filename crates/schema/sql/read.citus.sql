@@ -7,3 +7,7 @@ ALTER FUNCTION adk_get_session(text, text, text, text, bigint, bigint) SET plan_
 ALTER FUNCTION adk_list_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb,
                                  timestamp with time zone, timestamp with time zone)
     SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION adk_list_events(text, text, text, text, bigint, bigint, bigint) SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION adk_list_app_sessions(text, text, timestamp with time zone, text, text, bigint, jsonb,
+                                     timestamp with time zone, timestamp with time zone)
+    SET plan_cache_mode = force_custom_plan;

@@ -148,3 +148,148 @@ BEGIN
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_list_sessions(p_tenant text, p_app_name text, p_user_id text, p_after_time timestamp with time zone, p_after_id text, p_limit bigint, p_labels jsonb, p_updated_after timestamp with time zone, p_updated_before timestamp with time zone) FROM PUBLIC;
+
+-- One page of a session's events without the session (list_events):
+-- forward after p_after, or backward before p_before (exactly one of them),
+-- at most p_limit + 1 events so the caller tells whether more follow. The
+-- first row is the header (the version, no seq); the events follow in the
+-- page's direction. STABLE, so both reads see the calling statement's one
+-- snapshot, and only events up to the version read are returned: an append
+-- racing the page (which commits its event and the new last_seq together)
+-- is either wholly in it or not at all.
+-- Each direction is its own static statement, kept as a generic plan made
+-- with sequential scans off, as the get's: it reads the session's one
+-- partition by its primary key, pruned as the plan starts.
+CREATE OR REPLACE FUNCTION adk_list_events(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after bigint, p_before bigint, p_limit bigint)
+ RETURNS TABLE(last_seq bigint, seq bigint, payload jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s record;
+BEGIN
+    IF (p_after IS NULL) = (p_before IS NULL) THEN
+        RAISE EXCEPTION 'exactly one of p_after and p_before must be given'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(p_after, 0) < 0 OR coalesce(p_before, 0) < 0 THEN
+        RAISE EXCEPTION 'p_after and p_before must be 0 or more'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'p_limit must be 1 to 1000, not %', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        RETURN;
+    END IF;
+    SELECT a.last_seq, a.session_day
+      INTO s
+      FROM adk_sessions a
+     WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
+       AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now());
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT s.last_seq, NULL::bigint, NULL::jsonb;
+    IF s.last_seq = 0 OR (p_after IS NOT NULL AND p_after >= s.last_seq) OR p_before <= 1 THEN
+        RETURN;
+    END IF;
+    IF p_after IS NOT NULL THEN
+        RETURN QUERY
+        SELECT NULL::bigint, e.seq, e.payload
+          FROM adk_events e
+         WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
+           AND e.session_day = s.session_day AND e.seq > p_after AND e.seq <= s.last_seq
+         ORDER BY e.seq
+         LIMIT p_limit + 1;
+    ELSE
+        RETURN QUERY
+        SELECT NULL::bigint, e.seq, e.payload
+          FROM adk_events e
+         WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
+           AND e.session_day = s.session_day AND e.seq < p_before AND e.seq <= s.last_seq
+         ORDER BY e.seq DESC
+         LIMIT p_limit + 1;
+    END IF;
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_list_events(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after bigint, p_before bigint, p_limit bigint) FROM PUBLIC;
+SELECT adk_grant_like('adk_list_events(text, text, text, text, bigint, bigint, bigint)', 'adk_get_session(text, text, text, text, bigint, bigint)');
+
+-- One keyset page of an app's live sessions across its users, newest
+-- created first (list_app_sessions), for the owner and roles bound to the
+-- app: any other caller is refused (42501), not answered with an empty
+-- page, since an admin tool must tell "no sessions" from "not yours".
+-- Ordered by creation because an append moves updated_at and must stay HOT:
+-- no index holds updated_at, while adk_sessions_app_created (migration 30)
+-- holds this order, so a page reads p_limit rows of the index whatever the
+-- size of the app. The first row is the header with the live app state
+-- (no session); every session row carries its user's live state, joined by
+-- the distribution column so Citus runs the join on each worker.
+CREATE OR REPLACE FUNCTION adk_list_app_sessions(
+    p_tenant         text,
+    p_app_name       text,
+    p_after_created  timestamptz,
+    p_after_user     text,
+    p_after_session  text,
+    p_limit          bigint,
+    p_labels         jsonb,
+    p_updated_after  timestamptz,
+    p_updated_before timestamptz
+) RETURNS TABLE (
+    user_id      text,
+    session_id   text,
+    state        jsonb,
+    last_seq     bigint,
+    created_at   timestamptz,
+    updated_at   timestamptz,
+    expires_at   timestamptz,
+    display_name text,
+    labels       jsonb,
+    user_state   jsonb,
+    app_state    jsonb
+)
+LANGUAGE plpgsql
+STABLE SECURITY DEFINER
+SET search_path = pg_catalog, :"store_schema", pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 201 THEN
+        RAISE EXCEPTION 'p_limit must be 1 to 201, not %', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_after_created IS NOT NULL AND (p_after_user IS NULL OR p_after_session IS NULL) THEN
+        RAISE EXCEPTION 'a position names its creation time, user and session'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM adk_tenant_require(p_tenant, p_app_name);
+    RETURN QUERY
+    SELECT NULL::text, NULL::text, NULL::jsonb, NULL::bigint, NULL::timestamptz, NULL::timestamptz,
+           NULL::timestamptz, NULL::text, NULL::jsonb, NULL::jsonb,
+           (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = p_app_name);
+    RETURN QUERY
+    SELECT s.user_id, s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at,
+           s.display_name, s.labels, us.state, NULL::jsonb
+      FROM adk_sessions s
+      LEFT JOIN adk_user_states us ON us.app_name = s.app_name AND us.user_id = s.user_id
+     WHERE s.app_name = p_app_name
+       AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
+       AND s.labels OPERATOR(pg_catalog.@>) coalesce(p_labels, '{}'::jsonb)
+       AND (p_updated_after IS NULL OR s.updated_at >= p_updated_after)
+       AND (p_updated_before IS NULL OR s.updated_at < p_updated_before)
+       AND (p_after_created IS NULL
+            OR (s.created_at, s.user_id, s.session_id) < (p_after_created, p_after_user, p_after_session))
+     ORDER BY s.created_at DESC, s.user_id DESC, s.session_id DESC
+     LIMIT p_limit;
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_list_app_sessions(p_tenant text, p_app_name text, p_after_created timestamp with time zone, p_after_user text, p_after_session text, p_limit bigint, p_labels jsonb, p_updated_after timestamp with time zone, p_updated_before timestamp with time zone) FROM PUBLIC;
+SELECT adk_grant_like('adk_list_app_sessions(text, text, timestamp with time zone, text, text, bigint, jsonb, timestamp with time zone, timestamp with time zone)', 'adk_get_session(text, text, text, text, bigint, bigint)');

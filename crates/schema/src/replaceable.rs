@@ -141,6 +141,8 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_get_app_state(text,text)",
     "adk_merge_user_state(text,text,text,jsonb)",
     "adk_merge_app_state(text,text,jsonb)",
+    "adk_list_events(text,text,text,text,bigint,bigint,bigint)",
+    "adk_list_app_sessions(text,text,timestamp with time zone,text,text,bigint,jsonb,timestamp with time zone,timestamp with time zone)",
 ];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.

@@ -982,6 +982,87 @@ pub(crate) struct ScopeStateRow {
     pub state: Option<Value>,
 }
 
+store_function! {
+    /// One page of a session's events: the header (the version), then at
+    /// most `limit + 1` events after `after` or before `before` (exactly one
+    /// is given), in the page's direction, from the session's one partition
+    /// in one snapshot. No row when missing, expired or not the tenant's.
+    ListEvents => adk_list_events([key] after: OptBigIntArg, before: OptBigIntArg, limit: BigIntArg)
+        -> EventPageRow { last_seq: "bigint", seq: "bigint", payload: "jsonb" }
+}
+
+/// A row of `adk_list_events`: the header (a `last_seq`, no `seq`), then
+/// events (a `seq` and a `payload`).
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct EventPageRow {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub last_seq: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub payload: Option<StoredEvent>,
+}
+
+store_function! {
+    /// One keyset page of an app's live sessions across its users, newest
+    /// created first, with the user listing's filters: a header row with
+    /// the app state, then the sessions, each with its user's state.
+    /// Refused (42501) for a role that may not act for the app.
+    ListAppSessions => adk_list_app_sessions(
+        tenant: OptTextArg,
+        app_name: TextArg,
+        after_created: OptTimestamptzArg,
+        after_user: OptTextArg,
+        after_session: OptTextArg,
+        limit: BigIntArg,
+        labels: JsonArg,
+        updated_after: OptTimestamptzArg,
+        updated_before: OptTimestamptzArg,
+    ) -> AppSummaryRow {
+        user_id: "text",
+        session_id: "text",
+        state: "jsonb",
+        last_seq: "bigint",
+        created_at: "timestamp with time zone",
+        updated_at: "timestamp with time zone",
+        expires_at: "timestamp with time zone",
+        display_name: "text",
+        labels: "jsonb",
+        user_state: "jsonb",
+        app_state: "jsonb",
+    }
+}
+
+/// A row of `adk_list_app_sessions`: the header (only `app_state`), then
+/// sessions (everything but `app_state`).
+#[derive(diesel::QueryableByName)]
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct AppSummaryRow {
+    #[diesel(sql_type = Nullable<Text>)]
+    pub user_id: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub session_id: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub state: Option<Value>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub last_seq: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub created_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub updated_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub display_name: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub labels: Option<StoredLabels>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub user_state: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub app_state: Option<Value>,
+}
+
 /// Every function the store calls: exactly what a service role may execute.
 pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
@@ -1007,4 +1088,6 @@ pub const SIGNATURES: &[Signature] = &[
     GetAppState::SIGNATURE,
     MergeUserState::SIGNATURE,
     MergeAppState::SIGNATURE,
+    ListEvents::SIGNATURE,
+    ListAppSessions::SIGNATURE,
 ];

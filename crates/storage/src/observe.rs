@@ -52,10 +52,12 @@ pub enum Operation {
     GetAppState,
     MergeUserState,
     MergeAppState,
+    ListEvents,
+    ListAppSessions,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 16] = [
+    pub const ALL: [Operation; 18] = [
         Self::Create,
         Self::Get,
         Self::List,
@@ -72,6 +74,8 @@ impl Operation {
         Self::GetAppState,
         Self::MergeUserState,
         Self::MergeAppState,
+        Self::ListEvents,
+        Self::ListAppSessions,
     ];
 
     /// The `operation` field and label: the `SessionStore` method's name.
@@ -93,6 +97,8 @@ impl Operation {
             Self::GetAppState => "get_app_state",
             Self::MergeUserState => "merge_user_state",
             Self::MergeAppState => "merge_app_state",
+            Self::ListEvents => "list_events",
+            Self::ListAppSessions => "list_app_sessions",
         }
     }
 }

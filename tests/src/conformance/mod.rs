@@ -13,6 +13,7 @@
 //! The adapter's `SessionService` suite (crates/adk/tests/adk/suite.rs) is run the
 //! same way, by [`adk_postgres_testing::contract_tests!`].
 
+mod app_list;
 mod append;
 mod concurrency;
 mod create;
@@ -25,11 +26,13 @@ mod lease;
 mod list;
 mod media;
 mod metadata;
+mod paging;
 mod redact;
 mod rewind_rollover;
 mod scoped_state;
 mod validation;
 
+pub use app_list::*;
 pub use append::*;
 pub use concurrency::*;
 pub use create::*;
@@ -42,6 +45,7 @@ pub use lease::*;
 pub use list::*;
 pub use media::*;
 pub use metadata::*;
+pub use paging::*;
 pub use redact::*;
 pub use rewind_rollover::*;
 pub use scoped_state::*;
@@ -183,6 +187,16 @@ macro_rules! conformance_tests {
             bad_scope_deltas_are_refused_and_nothing_is_written,
             app_state_is_shared_by_users_and_user_state_is_per_user_and_app,
             direct_merges_racing_appends_lose_no_key,
+            // list_events
+            list_events_pages_forward_and_backward_without_gaps,
+            list_events_refuses_bad_limits_and_missing_sessions,
+            list_events_of_an_expired_session_is_not_found,
+            list_events_during_concurrent_appends_is_gapless_and_in_order,
+            // list_app_sessions
+            list_app_sessions_spans_users_newest_created_first,
+            list_app_sessions_pages_by_keyset_without_gaps_or_duplicates,
+            list_app_sessions_filters_by_labels_and_update_window,
+            list_app_sessions_refuses_bad_tokens_and_filters,
             // bad input
             bad_identifiers_are_refused_naming_the_field,
             app_names_that_look_alike_are_refused,

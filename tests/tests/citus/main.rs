@@ -529,3 +529,49 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("dir");
     dir
 }
+
+/// A page of events is delegated with the user to the worker holding them;
+/// the app-wide listing, which spans users, is planned on the coordinator
+/// and merges the workers' pages in order.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: cargo xtask citus test"]
+async fn event_pages_go_to_one_worker_and_the_app_listing_spans_them() {
+    use adk_postgres_domain::{EventPage, ListAppSessions};
+    let db = test_database().await;
+    assert_eq!(db.worker_urls().len(), 2, "{NEEDS_CITUS}");
+    let layout = adk_postgres_schema::citus_layout(db.url()).await.unwrap().expect("citus");
+    assert!(layout.delegated_functions.iter().any(|f| f.starts_with("adk_list_events(")), "{layout:?}");
+    assert!(!layout.delegated_functions.iter().any(|f| f.starts_with("adk_list_app_sessions(")), "{layout:?}");
+    let sql = client(db.url()).await;
+    let users = users_on_two_workers(&sql).await;
+    let store = store(db.url()).await;
+    let mut keys = Vec::new();
+    for (user, _) in &users {
+        let key = new_session(&store, "paging", user).await;
+        for n in 0..30 {
+            store.append(&key, with_delta(serde_json::json!({ "n": n })), Default::default()).await.unwrap();
+        }
+        keys.push(key);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    for key in &keys {
+        let mut seqs = Vec::new();
+        let mut request = Some(EventPage::last(7));
+        while let Some(page) = request {
+            let read = store.list_events(key, page).await.unwrap();
+            assert_eq!(read.version, 30);
+            seqs.splice(0..0, read.events.iter().map(|e| e.seq));
+            request = read.next(page);
+        }
+        assert_eq!(seqs, (1..=30).collect::<Vec<u64>>());
+    }
+    let app = AppName::new("paging").unwrap();
+    let mut request = ListAppSessions::new(app);
+    request.page_size = Some(1);
+    let first = store.list_app_sessions(&request).await.unwrap();
+    assert_eq!(first.sessions[0].key, keys[1], "newest created first, across workers");
+    request.page_token = first.next_page_token;
+    let second = store.list_app_sessions(&request).await.unwrap();
+    assert_eq!(second.sessions[0].key, keys[0]);
+    assert_eq!(second.next_page_token, None);
+}

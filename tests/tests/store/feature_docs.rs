@@ -15,7 +15,7 @@ use chrono::{TimeDelta, Utc};
 
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
-const FEATURE_PAGES: [(&str, &str, usize); 7] = [
+const FEATURE_PAGES: [(&str, &str, usize); 8] = [
     ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
     ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
     ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
@@ -23,6 +23,11 @@ const FEATURE_PAGES: [(&str, &str, usize); 7] = [
     ("docs/features/redacting-an-event.md", include_str!("../../../docs/features/redacting-an-event.md"), 1),
     ("docs/features/media.md", include_str!("../../../docs/features/media.md"), 1),
     ("docs/features/scoped-state.md", include_str!("../../../docs/features/scoped-state.md"), 1),
+    (
+        "docs/features/event-paging-and-app-listing.md",
+        include_str!("../../../docs/features/event-paging-and-app-listing.md"),
+        1,
+    ),
 ];
 const THIS_FILE: &str = include_str!("feature_docs.rs");
 
@@ -489,4 +494,37 @@ fn a_broken_link_or_anchor_is_reported() {
     assert!(broken[0].contains("docs/nowhere.md"), "{broken:#?}");
     assert!(broken[1].contains("#nowhere"), "{broken:#?}");
     assert!(broken[2].contains("#none"), "{broken:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paging_events_and_listing_an_app() -> anyhow::Result<()> {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let (app, user) = names();
+    use adk_postgres_domain::{CreateSession, EventPage, ListAppSessions, SessionMetadata};
+    let labelled = SessionMetadata::new().with_label("team", "red");
+    let key = store.create(CreateSession::new(app.clone(), user.clone()).with_metadata(labelled)).await?.key;
+    for _ in 0..250 {
+        store.append(&key, Event::new("agent"), Default::default()).await?;
+    }
+
+    // The newest 100 events of a long session, then the 100 before them.
+    let page = EventPage::last(100);
+    let newest = store.list_events(&key, page).await?;
+    let older = match newest.next(page) {
+        Some(next) => store.list_events(&key, next).await?.events,
+        None => Vec::new(),
+    };
+
+    // Every user's sessions of the app labelled team=red, newest created first.
+    let request = ListAppSessions::new(app.clone()).with_label("team", "red");
+    let listed = store.list_app_sessions(&request).await?;
+    for summary in &listed.sessions {
+        println!("{} {} v{}", summary.key.user_id, summary.key.session_id, summary.version);
+    }
+
+    assert_eq!((newest.events[0].seq, newest.version), (151, 250));
+    assert_eq!((older[0].seq, older[99].seq), (51, 150));
+    assert_eq!(listed.sessions.len(), 1);
+    Ok(())
 }

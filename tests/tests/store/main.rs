@@ -20,6 +20,7 @@ mod fork;
 mod function_statements;
 mod media;
 mod observability;
+mod paging;
 mod plan_cache;
 mod postgres_only;
 mod reaching_databases;

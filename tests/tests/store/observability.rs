@@ -242,6 +242,8 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
         .await
         .expect("merge_app_state");
     store.get_app_state(&app()).await.expect("get_app_state");
+    store.list_events(&successor, adk_postgres_domain::EventPage::first(10)).await.expect("list_events");
+    store.list_app_sessions(&adk_postgres_domain::ListAppSessions::new(app())).await.expect("list_app_sessions");
     store.delete(&successor).await.expect("delete");
     store.erase_user(&app(), &user()).await.expect("erase_user");
 
@@ -266,6 +268,8 @@ async fn every_operation_is_one_span_with_its_app_and_outcome() {
             "get_user_state",
             "merge_app_state",
             "get_app_state",
+            "list_events",
+            "list_app_sessions",
             "delete",
             "erase_user"
         ]

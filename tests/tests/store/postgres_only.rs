@@ -120,10 +120,8 @@ async fn appends_are_hot_updates() {
                 let generation = if i % 4 == 0 { None } else { grant.map(|g: LeaseGrant| g.generation) };
                 InvocationLease { idle: Duration::from_secs(60), generation, release: i % 4 == 3 }
             });
-            let appended = store
-                .append(&key, event, AppendOptions { lease, ..AppendOptions::default() })
-                .await
-                .expect("append");
+            let appended =
+                store.append(&key, event, AppendOptions { lease, ..AppendOptions::default() }).await.expect("append");
             grant = appended.lease;
             assert_eq!(grant.is_some(), lease.is_some());
         }

@@ -54,6 +54,8 @@ const NEW_SINCE_RELEASE: &[&str] = &[
     "adk_get_app_state",
     "adk_merge_user_state",
     "adk_merge_app_state",
+    "adk_list_events",
+    "adk_list_app_sessions",
 ];
 
 /// Everything of the catalog the install may touch, keyed by object, with

@@ -19,8 +19,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
-    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
+    AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions,
+    ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey, SessionMetadata,
+    SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_storage::{PgSessionStore, TenantScope};
@@ -304,6 +305,24 @@ impl SessionStore for PerAppFixed {
         Self: 'a,
     {
         Box::pin(async move { self.of(app).await.merge_app_state(app, delta).await })
+    }
+
+    fn list_events<'s, 'k, 'a>(&'s self, key: &'k SessionKey, page: EventPage) -> Boxed<'a, EventsPage>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&key.app_name).await.list_events(key, page).await })
+    }
+
+    fn list_app_sessions<'s, 'r, 'a>(&'s self, request: &'r ListAppSessions) -> Boxed<'a, AppSessionPage>
+    where
+        's: 'a,
+        'r: 'a,
+        Self: 'a,
+    {
+        Box::pin(async move { self.of(&request.app_name).await.list_app_sessions(request).await })
     }
 }
 

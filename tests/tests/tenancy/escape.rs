@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use adk_postgres_domain::{
-    AppName, AppendOptions, CreateSession, Event, GetOptions, ListSessions, RedactOptions, SessionKey, SessionStore,
-    StoreConfig, StoreError, UserId,
+    AppName, AppendOptions, CreateSession, Event, EventPage, GetOptions, ListAppSessions, ListSessions, RedactOptions,
+    SessionKey, SessionStore, StoreConfig, StoreError, UserId,
 };
 use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
 use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
@@ -897,7 +897,17 @@ fn foreign_reads(t: &str) -> Vec<(&'static str, String)> {
         ),
         ("adk_list_sessions", format!("SELECT count(*) FROM adk_list_sessions({t}, 'alpha', 'u1', NULL, NULL, 100)")),
         ("adk_find_sessions", format!("SELECT count(*) FROM adk_find_sessions({t}, 'alpha-session', 10)")),
+        (
+            "adk_list_events",
+            format!("SELECT count(*) FROM adk_list_events({t}, 'alpha', 'u1', 'alpha-session', 0, NULL, 1000)"),
+        ),
     ]
+}
+
+/// The app-wide listing of alpha with tenant `t`: refused, not answered
+/// empty, for any role that may not act for alpha.
+fn alpha_app_listing(t: &str) -> String {
+    format!("SELECT count(*) FROM adk_list_app_sessions({t}, 'alpha', NULL, NULL, NULL, 100, '{{}}', NULL, NULL)")
 }
 
 /// Writes to alpha with tenant `t` (an SQL literal).
@@ -975,6 +985,7 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
         for (function, statement) in foreign_writes(t).into_iter().chain(foreign_state_calls(t)) {
             at.refused(&format!("role B, {case}: {function} of alpha"), &b, &statement).await;
         }
+        at.refused(&format!("role B, {case}: adk_list_app_sessions of alpha"), &b, &alpha_app_listing(t)).await;
     }
     // A role bound to no app at all, naming alpha or nothing.
     let unbound = client(&service_role(&w.db, "unbound", AppBinding::Keep).await.url).await;
@@ -983,6 +994,38 @@ async fn calling_the_store_functions_for_another_app(at: &mut Attempts) {
             at.refused(&format!("a role bound to nothing, {case}: {function} of alpha"), &unbound, &statement).await;
         }
     }
+    at.refused_for(
+        "role B, adk.app_name forged to alpha: adk_list_app_sessions of alpha",
+        &b,
+        "alpha",
+        &alpha_app_listing("'alpha'"),
+    )
+    .await;
+    // A role granted the store's functions whose binding is gone: the
+    // paging reads find nothing and the app listing is refused.
+    let c = service_role(&w.db, "c", AppBinding::Apps(vec!["gamma".into()])).await;
+    must(&w.owner, &format!("DELETE FROM adk_role_apps WHERE role_name = '{}'", c.name)).await;
+    let c_sql = client(&c.url).await;
+    for t in ["'alpha'", "NULL"] {
+        let query = format!("SELECT count(*) FROM adk_list_events({t}, 'alpha', 'u1', 'alpha-session', NULL, 99, 10)");
+        at.count(&format!("role C without a binding, tenant {t}: adk_list_events of alpha"), &c_sql, &query, 0).await;
+        at.refused(
+            &format!("role C without a binding, tenant {t}: adk_list_app_sessions of alpha"),
+            &c_sql,
+            &alpha_app_listing(t),
+        )
+        .await;
+    }
+    // Role A, bound to alpha, pages alpha's events and lists alpha: the
+    // reads above could have found them.
+    let a_sql = client(&w.a.url).await;
+    let own = "SELECT count(*) FROM adk_list_events('alpha', 'alpha', 'u1', 'alpha-session', 0, NULL, 1000)";
+    assert_eq!(must_count(&a_sql, own).await, 3, "role A pages alpha's events: the header and two events");
+    assert_eq!(
+        must_count(&a_sql, &alpha_app_listing("'alpha'")).await,
+        2,
+        "role A lists alpha: the header and one session"
+    );
     // Forging the setting first changes nothing, and a tenant the store set
     // for beta in this transaction does not carry over to alpha.
     act_for(&b, "alpha").await;
@@ -1063,6 +1106,15 @@ async fn store_reaches_alpha(
     );
     let found = store.find_by_id(&alpha.session_id, 10).await;
     at.check(&format!("{label}: find alpha's session id"), matches!(&found, Ok(keys) if keys.is_empty()), &found);
+    let paged = store.list_events(alpha, EventPage::last(1000)).await.map(|page| page.events.len());
+    at.check(&format!("{label}: page alpha's events"), matches!(paged, Err(StoreError::NotFound(_))), &paged);
+    let app_listed =
+        store.list_app_sessions(&ListAppSessions::new(alpha.app_name.clone())).await.map(|page| page.sessions.len());
+    at.check(
+        &format!("{label}: list alpha's sessions across users"),
+        matches!(app_listed, Err(StoreError::PermissionDenied { .. })),
+        &app_listed,
+    );
 
     let refused =
         |r: &Result<(), StoreError>| matches!(r, Err(StoreError::PermissionDenied { .. } | StoreError::NotFound(_)));

@@ -9,7 +9,8 @@
 //!
 //! One file per resource, each an `impl PgSessionStore` block with that
 //! resource's operations: `sessions` (create, get, list, delete, find,
-//! metadata, rollover), `events` (append, rewind), `fork`, `redact` (one
+//! metadata, rollover), `events` (append, rewind), `paging` (a page of
+//! events, an app's sessions across users), `fork`, `redact` (one
 //! event's tombstone), `state` (user and app state without a session),
 //! `erase` (a user's data) and [`feed`] (the live change feed). This file holds the
 //! store itself and the `SessionStore` face; the operations call one
@@ -23,8 +24,9 @@ use std::time::Duration;
 
 use adk_postgres_domain::state::state_from_value;
 use adk_postgres_domain::{
-    AppName, AppendOptions, Appended, CreateSession, Erasure, Event, GetOptions, ListSessions, RedactOptions, Redacted,
-    Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
+    AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions,
+    ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey, SessionMetadata,
+    SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use async_trait::async_trait;
 use diesel::data_types::PgInterval;
@@ -39,6 +41,7 @@ mod events;
 pub mod feed;
 mod fork;
 pub(crate) mod media;
+mod paging;
 mod redact;
 mod sessions;
 mod state;
@@ -321,5 +324,17 @@ impl SessionStore for PgSessionStore {
 
     async fn merge_app_state(&self, app: &AppName, delta: State) -> Result<State, StoreError> {
         Observation::new(Operation::MergeAppState, Some(app)).run(self.bounded(self.merge_app_delta(app, delta))).await
+    }
+
+    async fn list_events(&self, key: &SessionKey, page: EventPage) -> Result<EventsPage, StoreError> {
+        Observation::new(Operation::ListEvents, Some(&key.app_name))
+            .run(self.bounded(self.list_events_page(key, page)))
+            .await
+    }
+
+    async fn list_app_sessions(&self, request: &ListAppSessions) -> Result<AppSessionPage, StoreError> {
+        Observation::new(Operation::ListAppSessions, Some(&request.app_name))
+            .run(self.bounded(self.list_app_sessions_page(request)))
+            .await
     }
 }

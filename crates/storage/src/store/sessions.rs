@@ -21,7 +21,7 @@ use crate::functions::{
 use crate::pool::with_retries;
 
 /// Labels as the jsonb object the store's functions take.
-fn labels_json(labels: &BTreeMap<String, String>) -> Value {
+pub(super) fn labels_json(labels: &BTreeMap<String, String>) -> Value {
     Value::Object(labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
 }
 
@@ -31,7 +31,7 @@ fn labels_json(labels: &BTreeMap<String, String>) -> Value {
 /// (binding it as is would truncate it, and a bound a few nanoseconds after
 /// a session's update time would still include it), and never before
 /// PostgreSQL's first instant, 4714 BC, before which nothing is stored.
-fn window_bound(bound: DateTime<Utc>) -> DateTime<Utc> {
+pub(super) fn window_bound(bound: DateTime<Utc>) -> DateTime<Utc> {
     let below = i64::from(bound.timestamp_subsec_nanos() % 1_000);
     let up = match below {
         0 => bound,
