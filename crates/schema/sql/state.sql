@@ -99,7 +99,7 @@ BEGIN
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_merge_user_state(p_tenant text, p_app_name text, p_user_id text, p_delta jsonb) FROM PUBLIC;
-SELECT adk_grant_like('adk_merge_user_state(text, text, text, jsonb)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])');
+SELECT adk_grant_like('adk_merge_user_state(text, text, text, jsonb)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[], interval, bigint, boolean)');
 
 CREATE OR REPLACE FUNCTION adk_merge_app_state(p_tenant text, p_app_name text, p_delta jsonb)
  RETURNS TABLE(state jsonb)
@@ -127,4 +127,4 @@ BEGIN
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_merge_app_state(p_tenant text, p_app_name text, p_delta jsonb) FROM PUBLIC;
-SELECT adk_grant_like('adk_merge_app_state(text, text, jsonb)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[])');
+SELECT adk_grant_like('adk_merge_app_state(text, text, jsonb)', 'adk_append_event(text, text, text, text, text, text, text, bigint, jsonb, jsonb, jsonb, jsonb, bigint, interval, bytea[], interval, bigint, boolean)');

@@ -15,7 +15,8 @@ use chrono::{TimeDelta, Utc};
 
 /// The feature pages with snippets, and how many ```rust blocks each has:
 /// a count that drops means a snippet left the page, or its fence broke.
-const FEATURE_PAGES: [(&str, &str, usize); 8] = [
+const FEATURE_PAGES: [(&str, &str, usize); 9] = [
+    ("docs/features/invocation-lease.md", include_str!("../../../docs/features/invocation-lease.md"), 1),
     ("docs/features/titles-and-labels.md", include_str!("../../../docs/features/titles-and-labels.md"), 1),
     ("docs/features/forks.md", include_str!("../../../docs/features/forks.md"), 1),
     ("docs/features/change-feed.md", include_str!("../../../docs/features/change-feed.md"), 1),
@@ -152,6 +153,40 @@ async fn user_and_app_state_without_a_session() -> anyhow::Result<()> {
     let session = store.get(&key, Default::default()).await?;
     assert_eq!(session.state["user:tier"], "gold", "every session of the user sees it, prefixed");
     assert_eq!(session.state["app:motd"], flags["motd"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_invocation_at_a_time() -> anyhow::Result<()> {
+    let db = test_database().await;
+    let store = store(db.url()).await;
+    let (app, user) = names();
+    let session = store.create(adk_postgres_domain::CreateSession::new(app, user)).await?;
+    use adk_postgres_domain::{AppendOptions, InvocationLease};
+
+    let idle = Duration::from_secs(120);
+    let leased = |lease| AppendOptions { lease: Some(lease), ..AppendOptions::default() };
+    let mut question = Event::new("user");
+    question.invocation_id = "inv-1".into();
+    let taken = store.append(&session.key, question, leased(InvocationLease::take(idle))).await?;
+    let generation = taken.lease.map(|grant| grant.generation);
+
+    // Another invocation meanwhile: refused, retryable, naming the holder.
+    let mut other = Event::new("user");
+    other.invocation_id = "inv-2".into();
+    let busy = store.append(&session.key, other.clone(), leased(InvocationLease::take(idle))).await;
+    assert!(matches!(busy, Err(StoreError::SessionBusy { ref holder, .. }) if holder == "inv-1"));
+
+    // The holder's final answer, with its token, releases the lease; inv-2 proceeds.
+    let mut answer = Event::new("assistant");
+    answer.invocation_id = "inv-1".into();
+    store.append(&session.key, answer, leased(InvocationLease { idle, generation, release: true })).await?;
+    store.append(&session.key, other, leased(InvocationLease::take(idle))).await?;
+
+    let stored = store.get(&session.key, Default::default()).await?;
+    let order: Vec<&str> = stored.events.iter().map(|e| e.invocation_id.as_str()).collect();
+    assert_eq!(order, ["inv-1", "inv-1", "inv-2"], "inv-2 waited for inv-1's turn");
+    assert!(busy.is_err_and(|e| e.is_retryable()));
     Ok(())
 }
 
