@@ -42,6 +42,9 @@ diesel::table! {
         initial_state -> Jsonb,
         display_name -> Nullable<Text>,
         labels -> Jsonb,
+        lease_holder -> Nullable<Text>,
+        lease_generation -> Int8,
+        lease_until -> Nullable<Timestamptz>,
     }
 }
 

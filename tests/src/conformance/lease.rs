@@ -169,6 +169,9 @@ pub async fn racing_invocations_take_turns_and_never_interleave<F: StoreFactory>
                     match leased(&*store, &key, turn_event(&invocation, &format!("{n}")), lease).await {
                         Ok(appended) => {
                             grant = appended.lease;
+                            // The turn's next event comes after a model or tool
+                            // call: others try meanwhile, on either store.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
                             break;
                         }
                         Err(StoreError::SessionBusy { .. }) => {

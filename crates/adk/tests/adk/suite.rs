@@ -189,9 +189,16 @@ async fn must_append(svc: &Service, app: &str, user: &str, id: &str, event: Even
     append(svc, app, user, id, event).await.unwrap_or_else(|e| panic!("append {event_id} to {id}: {e}"));
 }
 
+/// One invocation for every event of the suite: the cases append user
+/// messages that no agent answers, one after another, which a runner would
+/// never do across invocations (ours refuses the second invocation's append
+/// as `session.busy` while the first holds the session's invocation lease;
+/// that is tested in `one_invocation.rs`).
+const INVOCATION: &str = "inv-contract";
+
 /// An event by `author` with a text and a state delta.
 fn event(author: &str, text: &str, delta: Value) -> Event {
-    let mut e = Event::new(unique("inv"));
+    let mut e = Event::new(INVOCATION);
     e.author = author.into();
     e.llm_response.content = Some(Content::new(if author == "user" { "user" } else { "model" }).with_text(text));
     e.actions.state_delta = map(delta);
