@@ -8,17 +8,7 @@ use adk_postgres_storage::tenancy::AppBinding;
 use adk_postgres_testing::test_database;
 use adk_postgres_tests::pg::{client, client_explaining, drain, new_session, scoped_store, service_role, store};
 
-/// Partitions named in a plan.
-fn partitions_in(plan: &str) -> Vec<String> {
-    let mut found: Vec<String> = plan
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|word| word.starts_with("adk_events_p") && word.len() == "adk_events_p20260101".len())
-        .map(str::to_owned)
-        .collect();
-    found.sort();
-    found.dedup();
-    found
-}
+use crate::postgres_only::partitions_in;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn list_events_reads_one_partition_of_forty_both_ways() {

@@ -19,7 +19,7 @@ fn event_with_delta(delta: serde_json::Value) -> Event {
 }
 
 /// Partitions scanned by a plan: one line per partition node.
-fn partitions_in(plan: &str) -> Vec<String> {
+pub(crate) fn partitions_in(plan: &str) -> Vec<String> {
     let mut found: Vec<String> = plan
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|word| word.starts_with("adk_events_p") && word.len() == "adk_events_p20260101".len())
