@@ -147,15 +147,24 @@ pub async fn run(
     }
     let began = Instant::now();
     let deadline = began + duration;
+    // Invocation ids of this run only: the sessions are reused from run to
+    // run, and the adk adapter remembers an invocation's lease token for a
+    // while after its turn ended.
+    let run_tag = format!("{label}-{writers}");
     let tasks: Vec<_> = (0..writers)
         .map(|i| {
             let service = service.clone();
+            let run_tag = run_tag.clone();
             tokio::spawn(async move {
                 let identity = identity(i)?;
                 let mut writer = Writer::default();
                 let mut n = 0usize;
-                while Instant::now() < deadline {
-                    let event = workload::event(n);
+                // A writer stops at the deadline once its turn is answered
+                // (events alternate user, agent): an unanswered message
+                // would hold the session's invocation lease into the next run.
+                while Instant::now() < deadline || n % 2 == 1 {
+                    let mut event = workload::event(n);
+                    event.invocation_id = format!("{run_tag}-{}", event.invocation_id);
                     let started = Instant::now();
                     let acked = loop {
                         let request = AppendEventRequest { identity: identity.clone(), event: event.clone() };

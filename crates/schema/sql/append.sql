@@ -63,6 +63,11 @@ DECLARE
     locked_gen    bigint;
     new_gen       bigint;
     new_until     timestamptz;
+    locked_until  timestamptz;
+    -- The lease after this append, worked out here rather than in the
+    -- UPDATE: Citus refuses now() inside a CASE of a statement it routes.
+    next_holder   text;
+    next_until    timestamptz;
     -- The event's media (blobs.sql): NULL for an event without any, which
     -- then takes no step of its own.
     hashes        bytea[] := CASE WHEN p_blobs IS NOT NULL THEN adk_blob_hashes(p_blobs) END;
@@ -152,8 +157,8 @@ BEGIN
         -- the user's worker. One server keeps the CTE, a quarter more appends
         -- there (migration 10). Locks are taken in the same order as there:
         -- the session row, then the event, then the session update.
-        SELECT a.session_day, a.last_seq, a.lease_holder, a.lease_generation
-          INTO locked_day, locked_seq, locked_holder, locked_gen
+        SELECT a.session_day, a.last_seq, a.lease_holder, a.lease_generation, a.lease_until
+          INTO locked_day, locked_seq, locked_holder, locked_gen, locked_until
           FROM adk_sessions a
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
            AND (a.expires_at IS NULL OR a.expires_at > pg_catalog.now())
@@ -176,18 +181,20 @@ BEGIN
             ON CONFLICT (app_name, user_id, session_id, session_day, event_id) DO NOTHING
             RETURNING ev.seq INTO next_seq;
             IF next_seq IS NOT NULL THEN
+                next_holder := CASE WHEN p_lease_idle IS NULL THEN locked_holder
+                                    WHEN p_lease_release THEN NULL ELSE p_invocation_id END;
+                next_until := CASE WHEN p_lease_idle IS NULL THEN locked_until
+                                   WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END;
                 UPDATE adk_sessions a
                    SET last_seq = next_seq,
                        updated_at = greatest(pg_catalog.now(), a.updated_at),
                        state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
                                     THEN a.state || p_session_delta ELSE a.state END,
-                       lease_holder = CASE WHEN p_lease_idle IS NULL THEN a.lease_holder
-                                           WHEN p_lease_release THEN NULL ELSE p_invocation_id END,
+                       lease_holder = next_holder,
                        lease_generation = CASE WHEN p_lease_idle IS NULL OR p_lease_generation IS NOT NULL
                                                     OR locked_holder = p_invocation_id
                                                THEN locked_gen ELSE locked_gen + 1 END,
-                       lease_until = CASE WHEN p_lease_idle IS NULL THEN a.lease_until
-                                          WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END
+                       lease_until = next_until
                  WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
                 RETURNING a.session_day, a.updated_at, a.lease_generation, a.lease_until
                      INTO new_day, new_update, new_gen, new_until;
@@ -265,6 +272,10 @@ BEGIN
         next_seq := s.last_seq + 1;
         new_day := s.session_day;
         new_update := greatest(pg_catalog.now(), s.updated_at);
+        next_holder := CASE WHEN p_lease_idle IS NULL THEN s.lease_holder
+                            WHEN p_lease_release THEN NULL ELSE p_invocation_id END;
+        next_until := CASE WHEN p_lease_idle IS NULL THEN s.lease_until
+                           WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END;
         INSERT INTO adk_events (app_name, user_id, session_id, session_day, seq, event_id,
                                 invocation_id, author, event_ts, payload, blob_refs)
         VALUES (p_app_name, p_user_id, p_session_id, s.session_day, next_seq, p_event_id,
@@ -273,13 +284,11 @@ BEGIN
            SET last_seq = next_seq, updated_at = new_update,
                state = CASE WHEN p_session_delta IS NOT NULL AND p_session_delta <> '{}'::jsonb
                             THEN a.state || p_session_delta ELSE a.state END,
-               lease_holder = CASE WHEN p_lease_idle IS NULL THEN a.lease_holder
-                                   WHEN p_lease_release THEN NULL ELSE p_invocation_id END,
+               lease_holder = next_holder,
                lease_generation = CASE WHEN p_lease_idle IS NULL OR p_lease_generation IS NOT NULL
                                             OR s.lease_holder = p_invocation_id
                                        THEN s.lease_generation ELSE s.lease_generation + 1 END,
-               lease_until = CASE WHEN p_lease_idle IS NULL THEN a.lease_until
-                                  WHEN p_lease_release THEN NULL ELSE pg_catalog.now() + p_lease_idle END
+               lease_until = next_until
          WHERE a.app_name = p_app_name AND a.user_id = p_user_id AND a.session_id = p_session_id
         RETURNING a.lease_generation, a.lease_until INTO new_gen, new_until;
     END IF;
