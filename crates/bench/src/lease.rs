@@ -13,8 +13,8 @@
 //! round by round, each going first in every other round, so a slow spell
 //! of the machine falls on both. Around each leg the server's counters are
 //! read: the append's execution time (pg_stat_statements, reset before the
-//! leg) and the HOT updates of `adk_sessions` (the counters settle after
-//! each leg: backends publish them a second or so after going idle).
+//! leg) and the HOT updates of `adk_sessions` (read once the store's
+//! backend has published its counters after the leg).
 //!
 //! Race: `RACE_INVOCATIONS` invocations, each a task with its own
 //! connection, start together on one fresh session; each appends a turn of
@@ -184,11 +184,13 @@ impl std::fmt::Display for LeaseReport {
         )?;
         write!(
             f,
-            "    method: every append, stored or refused, locks the session row (FOR NO KEY UPDATE), so the \
-             statements run on it one at a time; with at least one always queued, the wall time over the \
-             statements is the row's time per statement (an upper bound: gaps when all were pausing count too); \
-             the server's mean execution time counts each statement from its start, so it includes the wait for \
-             the row behind the statements queued before it, and its minimum is the uncontended cost"
+            "    method: every append, stored or refused, locks the session row (FOR NO KEY UPDATE) until its \
+             transaction commits, so the statements run on it one at a time; with at least one always queued, \
+             the wall time over the statements is the row's time per statement, its commit (WAL flush) included \
+             (an upper bound: moments when every invocation was pausing count too); the server's execution time \
+             (pg_stat_statements) leaves the commit out and counts each statement from its start, so its mean \
+             includes the wait for the row behind the statements queued before it, and its minimum is the \
+             uncontended execution"
         )
     }
 }
@@ -337,7 +339,9 @@ pub async fn measure(
 }
 
 async fn overhead(url: &str, plan: LeasePlan, counters: &mut Counters<'_>) -> anyhow::Result<OverheadReport> {
-    let store = PgSessionStore::connect(url, &PoolConfig { max_size: 2, ..pool_config() }, Default::default()).await?;
+    // One connection: the appends are sequential, and its backend is the
+    // one whose statistics `publish_statistics` hurries.
+    let store = PgSessionStore::connect(url, &PoolConfig { max_size: 1, ..pool_config() }, Default::default()).await?;
     // Every session of every round first (untimed; creating updates no
     // session row), then a session of each leg as a warm-up.
     let per_leg = plan.invocations_per_round / INVOCATIONS_PER_SESSION;
@@ -353,10 +357,14 @@ async fn overhead(url: &str, plan: LeasePlan, counters: &mut Counters<'_>) -> an
         sessions.push(legs);
     }
     let mut warm_updates = 0;
+    let mut warm_key = None;
     for leased in [true, false] {
         let key = create(&store, "lease-warm", &format!("warm-{leased}")).await?;
-        warm_updates += leg(&store, &[key], leased).await?.ops();
+        warm_updates += leg(&store, std::slice::from_ref(&key), leased).await?.ops();
+        warm_key = Some(key);
     }
+    let warm_key = warm_key.ok_or_else(|| anyhow!("no warm-up session"))?;
+    publish_statistics(&store, &warm_key).await?;
     counters.settle(warm_updates).await?;
 
     let mut legs: [(Sample, Option<ExecTime>, HotRatio); 2] = Default::default();
@@ -367,6 +375,7 @@ async fn overhead(url: &str, plan: LeasePlan, counters: &mut Counters<'_>) -> an
             counters.reset_statements().await?;
             let sample = leg(&store, &keys[leased], leased == 1).await?;
             let executed = counters.appends_executed().await?;
+            publish_statistics(&store, &warm_key).await?;
             let hot = counters.settle(sample.ops()).await?;
             let (total, server, hot_total) = &mut legs[leased];
             total.merge(&sample);
@@ -389,6 +398,16 @@ async fn overhead(url: &str, plan: LeasePlan, counters: &mut Counters<'_>) -> an
         with_lease: with,
         without_lease: without,
     })
+}
+
+/// Has the store's backend publish its table statistics now rather than
+/// in 10 s: a backend going idle publishes them at once when it last did a
+/// second or more before, and otherwise only after 10 s idle. A read of
+/// no events updates nothing.
+async fn publish_statistics(store: &PgSessionStore, key: &SessionKey) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    store.get(key, GetOptions { num_recent_events: Some(0), ..GetOptions::default() }).await?;
+    Ok(())
 }
 
 /// One invocation of the race: its turn appended under the lease, retrying
