@@ -18,6 +18,7 @@ mod erase;
 mod feed;
 mod floor;
 mod labels;
+mod lease;
 mod measure;
 mod media;
 mod ops;

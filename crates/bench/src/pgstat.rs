@@ -109,3 +109,49 @@ pub async fn wal_lsn(client: &Client) -> anyhow::Result<String> {
 pub async fn wal_since(client: &Client, from: &str) -> anyhow::Result<i64> {
     Ok(client.query_one("SELECT (pg_current_wal_insert_lsn() - $1::text::pg_lsn)::bigint", &[&from]).await?.get(0))
 }
+
+/// Server-side execution of the top-level statements of one database whose
+/// text contains a needle (pg_stat_statements), since the last reset.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ExecTime {
+    pub calls: i64,
+    pub total_ms: f64,
+    /// The fastest and slowest single execution.
+    pub min_ms: f64,
+    pub max_ms: f64,
+}
+
+impl ExecTime {
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.total_ms / self.calls as f64)
+    }
+
+    /// This and `other` together (of two resets).
+    pub fn add(&self, other: &ExecTime) -> ExecTime {
+        match (self.calls, other.calls) {
+            (0, _) => *other,
+            (_, 0) => *self,
+            _ => ExecTime {
+                calls: self.calls + other.calls,
+                total_ms: self.total_ms + other.total_ms,
+                min_ms: self.min_ms.min(other.min_ms),
+                max_ms: self.max_ms.max(other.max_ms),
+            },
+        }
+    }
+}
+
+/// What `admin` (a client of a database with the extension) reads of
+/// `database`'s statements containing `needle`.
+pub async fn exec_time(admin: &Client, database: &str, needle: &str) -> anyhow::Result<ExecTime> {
+    let row = admin
+        .query_one(
+            "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8,
+                    coalesce(min(min_exec_time), 0)::float8, coalesce(max(max_exec_time), 0)::float8
+               FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+              WHERE d.datname = $1 AND s.toplevel AND strpos(s.query, $2) > 0",
+            &[&database, &needle],
+        )
+        .await?;
+    Ok(ExecTime { calls: row.get(0), total_ms: row.get(1), min_ms: row.get(2), max_ms: row.get(3) })
+}

@@ -15,6 +15,7 @@ use crate::driver::Peer;
 use crate::erase::EraseBenchReport;
 use crate::feed::FeedLatencyReport;
 use crate::labels::LabelListReport;
+use crate::lease::LeaseReport;
 use crate::measure::Latency;
 use crate::media::MediaReport;
 use crate::ops::Op;
@@ -217,6 +218,9 @@ pub struct Report {
     pub labels: LabelListReport,
     /// `list_events` page 1 and page 100 of a 10,000-event session.
     pub paging: PagingReport,
+    /// What the invocation lease costs an append, and 20 invocations racing
+    /// for one session.
+    pub lease: LeaseReport,
     /// Append-to-watcher latency of the change feed, and its cost on appends.
     pub feed: FeedLatencyReport,
     /// `adk_events.payload` compressed with pglz against lz4; `None` when
@@ -702,6 +706,8 @@ impl Report {
         println!("{}", self.labels);
         println!();
         println!("{}", self.paging);
+        println!();
+        println!("{}", self.lease);
         println!();
         println!("{}", self.feed);
         println!();

@@ -36,7 +36,7 @@ use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
     self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
 };
-use crate::{archive, erase, feed, labels, media, paging, toast};
+use crate::{archive, erase, feed, labels, lease, media, paging, toast};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -190,6 +190,22 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     migrate_ours(&beyond_url, today).await?;
     let paging = paging::measure_list_events(&beyond_url, bench.plan.label_calls).await?;
     bench.server.drop_database(BEYOND_DATABASE).await?;
+    let lease_plan = bench.plan.lease();
+    log(format!(
+        "invocation lease: {} rounds x {} turns of {} events with and without it, then {} invocations racing \
+         for one session ({} times)",
+        lease_plan.rounds,
+        lease_plan.invocations_per_round,
+        lease::EVENTS_PER_INVOCATION,
+        lease::RACE_INVOCATIONS,
+        lease_plan.race_repetitions
+    ));
+    let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
+    migrate_ours(&beyond_url, today).await?;
+    let admin = if bench.server.stat_statements { Some(connect(bench.server.admin_url()).await?) } else { None };
+    let lease = lease::measure(&beyond_url, BEYOND_DATABASE, admin.as_ref(), lease_plan).await?;
+    drop(admin);
+    bench.server.drop_database(BEYOND_DATABASE).await?;
     log("change feed: append-to-watcher latency under 8 writers");
     let beyond_url = bench.server.fresh_database(BEYOND_DATABASE).await?;
     migrate_ours(&beyond_url, today).await?;
@@ -244,6 +260,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         erase,
         labels,
         paging,
+        lease,
         feed,
         toast,
         media,

@@ -65,6 +65,12 @@ pub struct Plan {
     pub label_calls: usize,
     /// Appends of each of the 8 writers per round of the change-feed latency.
     pub feed_appends_per_writer: usize,
+    /// Rounds of the invocation lease's overhead legs, turns (of
+    /// `lease::EVENTS_PER_INVOCATION` events) each leg appends per round,
+    /// and runs of its 20-invocation race.
+    pub lease_rounds: usize,
+    pub lease_invocations: usize,
+    pub lease_race_repetitions: usize,
     /// Rounds of the TLS leg (each transport once per operation), and the
     /// sessions each round appends to per transport; its gets read
     /// `small_reads` and `big_reads` times per round.
@@ -118,6 +124,9 @@ impl Plan {
             label_sessions: 100_000,
             label_calls: 200,
             feed_appends_per_writer: 500,
+            lease_rounds: 10,
+            lease_invocations: 50,
+            lease_race_repetitions: 5,
             tls_rounds: 8,
             tls_append_sessions: 10,
             media_rounds: 3,
@@ -159,6 +168,9 @@ impl Plan {
             label_sessions: 10_000,
             label_calls: 50,
             feed_appends_per_writer: 100,
+            lease_rounds: 2,
+            lease_invocations: 10,
+            lease_race_repetitions: 2,
             tls_rounds: 2,
             tls_append_sessions: 2,
             // The 16 images of 1 MB even here: fewer repetitions instead.
@@ -214,6 +226,14 @@ impl Plan {
             erase_events_per_day: self.archive_erase_events_per_day,
             erase_user_days: self.archive_erase_user_days,
             full_reads: self.archive_full_reads,
+        }
+    }
+
+    pub fn lease(&self) -> crate::lease::LeasePlan {
+        crate::lease::LeasePlan {
+            rounds: self.lease_rounds,
+            invocations_per_round: self.lease_invocations,
+            race_repetitions: self.lease_race_repetitions,
         }
     }
 
@@ -304,6 +324,7 @@ mod tests {
             assert_eq!(plan.append_sessions % plan.sequential_append_rounds, 0);
             assert_eq!(plan.sessions_per_append_round(true) % CONCURRENCY, 0);
             assert_eq!(plan.creates % plan.create_rounds, 0);
+            assert_eq!(plan.lease_invocations % crate::lease::INVOCATIONS_PER_SESSION, 0);
         }
     }
 }
