@@ -15,7 +15,7 @@ use chrono::{DateTime, Datelike, Utc};
 
 use crate::error::StoreError;
 use crate::ids::{AppName, SessionId, UserId};
-use crate::session::{DEFAULT_PAGE_SIZE, ListSessions, MAX_PAGE_SIZE, SessionSummary};
+use crate::session::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, SessionSummary};
 
 /// A list request for every user of one app.
 #[derive(Debug, Clone)]
@@ -52,17 +52,7 @@ impl ListAppSessions {
     /// The same checks as a user's listing: label bounds, and a window that
     /// is not empty by construction.
     pub fn validate_filters(&self) -> Result<(), StoreError> {
-        // The user listing states the rules; any valid user stands in for it.
-        let as_user_listing = ListSessions {
-            app_name: self.app_name.clone(),
-            user_id: UserId::new("-").map_err(|e| StoreError::Database { message: e.to_string() })?,
-            page_size: None,
-            page_token: None,
-            labels: self.labels.clone(),
-            updated_after: self.updated_after,
-            updated_before: self.updated_before,
-        };
-        as_user_listing.validate_filters()
+        crate::session::validate_listing_filters(&self.labels, self.updated_after, self.updated_before)
     }
 
     pub fn effective_page_size(&self) -> usize {

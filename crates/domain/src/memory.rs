@@ -55,6 +55,19 @@ struct Tables {
 }
 
 impl Tables {
+    /// A listing's view of a stored session: live state, no events.
+    fn summary(&self, key: &SessionKey, s: &StoredSession) -> SessionSummary {
+        SessionSummary {
+            key: key.clone(),
+            state: self.merged_state(key, &s.state),
+            version: s.last_seq,
+            last_update_time: s.updated_at,
+            created_at: s.created_at,
+            expires_at: s.expires_at,
+            metadata: s.metadata.clone(),
+        }
+    }
+
     fn merged_state(&self, key: &SessionKey, session: &State) -> State {
         let empty = State::new();
         let user = self.user_states.get(&(key.app_name.clone(), key.user_id.clone())).unwrap_or(&empty);
@@ -259,18 +272,7 @@ impl SessionStore for InMemoryStore {
         } else {
             None
         };
-        let sessions = rows
-            .into_iter()
-            .map(|(key, s)| SessionSummary {
-                key: key.clone(),
-                state: tables.merged_state(key, &s.state),
-                version: s.last_seq,
-                last_update_time: s.updated_at,
-                created_at: s.created_at,
-                expires_at: s.expires_at,
-                metadata: s.metadata.clone(),
-            })
-            .collect();
+        let sessions = rows.into_iter().map(|(key, s)| tables.summary(key, s)).collect();
         Ok(SessionPage { sessions, next_page_token })
     }
 
@@ -606,18 +608,7 @@ impl SessionStore for InMemoryStore {
         } else {
             None
         };
-        let sessions = rows
-            .into_iter()
-            .map(|(key, s)| SessionSummary {
-                key: key.clone(),
-                state: tables.merged_state(key, &s.state),
-                version: s.last_seq,
-                last_update_time: s.updated_at,
-                created_at: s.created_at,
-                expires_at: s.expires_at,
-                metadata: s.metadata.clone(),
-            })
-            .collect();
+        let sessions = rows.into_iter().map(|(key, s)| tables.summary(key, s)).collect();
         Ok(AppSessionPage { sessions, next_page_token })
     }
 }

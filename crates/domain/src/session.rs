@@ -195,18 +195,28 @@ impl ListSessions {
     /// Checks the filters: label bounds as for a session's labels, and a
     /// window that is not empty by construction.
     pub fn validate_filters(&self) -> Result<(), StoreError> {
-        validate_labels("labels", &self.labels)?;
-        if let (Some(after), Some(before)) = (self.updated_after, self.updated_before)
-            && after >= before
-        {
-            return Err(StoreError::invalid("updated_before", "must be later than updated_after"));
-        }
-        Ok(())
+        validate_listing_filters(&self.labels, self.updated_after, self.updated_before)
     }
 
     pub fn effective_page_size(&self) -> usize {
         self.page_size.unwrap_or(DEFAULT_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE)
     }
+}
+
+/// The filters a listing takes (a user's, or an app's): label bounds as for
+/// a session's labels, and an update window not empty by construction.
+pub(crate) fn validate_listing_filters(
+    labels: &BTreeMap<String, String>,
+    updated_after: Option<DateTime<Utc>>,
+    updated_before: Option<DateTime<Utc>>,
+) -> Result<(), StoreError> {
+    validate_labels("labels", labels)?;
+    if let (Some(after), Some(before)) = (updated_after, updated_before)
+        && after >= before
+    {
+        return Err(StoreError::invalid("updated_before", "must be later than updated_after"));
+    }
+    Ok(())
 }
 
 /// One page of a listing, newest first.
