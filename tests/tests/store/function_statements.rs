@@ -137,8 +137,15 @@ async fn create_sessions(sql: &Client) {
     assert_eq!(stored, CALLS);
 }
 
+/// Resets this database's statistics only: a reset of the whole cluster
+/// would wipe the counts of a test running beside this one.
 async fn reset_statistics(sql: &Client) {
-    sql.batch_execute("SET pg_stat_statements.track = 'all'; SELECT pg_stat_statements_reset();").await.unwrap();
+    sql.batch_execute(
+        "SET pg_stat_statements.track = 'all';
+         SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0);",
+    )
+    .await
+    .unwrap();
 }
 
 /// The statements that read or wrote the store's tables while `work` ran,
