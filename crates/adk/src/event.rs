@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 use crate::error::codes;
 use crate::state::to_store_state;
 
-fn corrupt(id: &str, why: impl std::fmt::Display) -> AdkError {
+pub(crate) fn corrupt(id: &str, why: impl std::fmt::Display) -> AdkError {
     AdkError::internal(ErrorComponent::Session, codes::CORRUPT_EVENT, format!("event {id:?}: {why}"))
 }
 
@@ -66,7 +66,7 @@ fn to_content(value: Value) -> serde_json::Result<Content> {
     Ok(Content { role, parts })
 }
 
-fn to_part(value: Value) -> serde_json::Result<Part> {
+pub(crate) fn to_part(value: Value) -> serde_json::Result<Part> {
     match value {
         Value::Object(mut map) if map.len() == 1 => match map.remove("text") {
             Some(Value::String(text)) => Ok(Part::Text { text }),
@@ -531,6 +531,30 @@ mod tests {
         serde_json::to_value(event).unwrap()
     }
 
+    /// The JSON text PostgreSQL sends for a jsonb value: keys ordered by
+    /// length, then bytes, at every level, with its spacing.
+    fn as_jsonb_text(event: &Event) -> Vec<u8> {
+        fn reorder(value: Value) -> Value {
+            match value {
+                Value::Object(map) => {
+                    let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+                    entries.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+                    Value::Object(entries.into_iter().map(|(k, v)| (k, reorder(v))).collect())
+                }
+                Value::Array(items) => Value::Array(items.into_iter().map(reorder).collect()),
+                other => other,
+            }
+        }
+        let text = serde_json::to_string_pretty(&reorder(serde_json::to_value(event).unwrap())).unwrap();
+        text.into_bytes()
+    }
+
+    /// The get's reading of a stored event, which must agree with
+    /// [`from_store_event`] on what it reads.
+    fn read_directly(event: &Event) -> serde_json::Result<adk_core::Event> {
+        crate::event_json::direct(&as_jsonb_text(event))
+    }
+
     /// A small deterministic generator, so the property tests need no
     /// dependency and every failure reproduces.
     struct Rng(u64);
@@ -696,6 +720,22 @@ mod tests {
                 original.actions.compaction.as_ref().map(|c| c.start_timestamp)
             );
             assert_eq!(adk_json(&back), adk_json(&reference::from_store_event(&read).unwrap()));
+
+            // Read directly from the stored form, then stored again, it is
+            // byte for byte what was stored.
+            let compact = serde_json::to_vec(&stored).unwrap();
+            let direct = crate::event_json::direct(&compact).unwrap();
+            assert_eq!(adk_json(&direct), adk_json(&original), "{original:?}");
+            assert_eq!(direct.timestamp, original.timestamp);
+            assert_eq!(serde_json::to_vec(&to_store_event(&direct).unwrap()).unwrap(), compact);
+            // From PostgreSQL's text of the jsonb, it reads what the store
+            // event path reads, byte for byte.
+            let direct = read_directly(&stored).unwrap();
+            let through_store = from_store_event(&serde_json::from_slice(&as_jsonb_text(&stored)).unwrap()).unwrap();
+            assert_eq!(
+                serde_json::to_vec(&to_store_event(&direct).unwrap()).unwrap(),
+                serde_json::to_vec(&to_store_event(&through_store).unwrap()).unwrap()
+            );
         }
     }
 
@@ -745,6 +785,48 @@ mod tests {
     }
 
     #[test]
+    fn foreign_fields_read_directly_as_through_the_store_event() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let keys =
+            ["usage_metadata", "finish_reason", "interrupted", "error_code", "event_metadata", "unknown", "redaction"];
+        let action_keys = ["route", "tool_confirmation_decision", "compaction", "other", "escalate"];
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..2_000 {
+            let mut event = Event::new(rng.text());
+            for _ in 0..rng.below(3) {
+                event.extra.insert(keys[rng.below(keys.len() as u64) as usize].into(), rng.json(2));
+            }
+            for _ in 0..rng.below(2) {
+                let key = action_keys[rng.below(action_keys.len() as u64) as usize];
+                event.actions.extra.insert(key.into(), rng.json(2));
+            }
+            let text = as_jsonb_text(&event);
+            let through_store = serde_json::from_slice::<Event>(&text)
+                .map_err(|e| corrupt("?", e))
+                .and_then(|stored| from_store_event(&stored));
+            match (crate::event_json::direct(&text), through_store) {
+                (Ok(direct), Ok(old)) => {
+                    assert_eq!(adk_json(&direct), adk_json(&old), "{event:?}");
+                    ok += 1;
+                }
+                (Err(_), Err(_)) => {
+                    let fallback = crate::event_json::adk_event_from_json(&text).unwrap_err();
+                    assert_eq!(fallback.code, codes::CORRUPT_EVENT);
+                    refused += 1;
+                }
+                (direct, old) => {
+                    panic!(
+                        "{event:?}: {:?} but through the store event {:?}",
+                        direct.map(|e| adk_json(&e)),
+                        old.map(|e| adk_json(&e))
+                    )
+                }
+            }
+        }
+        assert!(ok > 100 && refused > 100, "{ok} read, {refused} refused");
+    }
+
+    #[test]
     fn typed_fields_are_typed_and_blanks_are_left_out() {
         let stored = to_store_event(&rich_event()).unwrap();
         assert_eq!(stored.timestamp.timestamp_subsec_nanos(), 123_456_789);
@@ -781,6 +863,7 @@ mod tests {
         assert_eq!(adk.provider_metadata.len(), 3, "the original's metadata went: {:?}", adk.provider_metadata);
         assert_eq!((adk.id.as_str(), adk.timestamp), ("e-1", rich_event().timestamp));
         assert_eq!(adk.actions.state_delta.len(), rich_event().actions.state_delta.len(), "the delta stays");
+        assert_eq!(adk_json(&read_directly(&tombstone).unwrap()), adk_json(&adk));
     }
 
     #[test]
@@ -791,7 +874,10 @@ mod tests {
         assert_eq!(adk.author, "system");
         assert!(!adk.llm_response.interrupted && adk.long_running_tool_ids.is_empty());
 
+        assert_eq!(adk_json(&read_directly(&foreign).unwrap()), adk_json(&adk));
+
         foreign.content = Some(json!("not content"));
         assert_eq!(from_store_event(&foreign).unwrap_err().code, codes::CORRUPT_EVENT);
+        assert!(read_directly(&foreign).is_err());
     }
 }

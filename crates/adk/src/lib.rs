@@ -35,6 +35,7 @@
 
 mod error;
 mod event;
+mod event_json;
 mod lease;
 mod paging;
 #[cfg(feature = "scripted")]

@@ -240,8 +240,8 @@ impl SessionService for PgSessionService {
     async fn get(&self, req: GetRequest) -> Result<Box<dyn Session>> {
         let key = key_of(&req.app_name, &req.user_id, &req.session_id)?;
         let options = GetOptions { num_recent_events: req.num_recent_events, after: req.after };
-        let session = self.store.get(&key, options).await.map_err(to_adk_error)?;
-        self.loaded(session)
+        let session = self.store.get_json(&key, options).await.map_err(to_adk_error)?;
+        Ok(Box::new(LoadedSession::from_json(session)?))
     }
 
     /// Newest first, live state, no events. `offset` walks keyset pages

@@ -5,19 +5,23 @@
 use std::collections::HashMap;
 
 use adk_core::AdkError;
-use adk_postgres_domain::{Session as StoreSession, SessionKey, SessionSummary};
+use adk_postgres_domain::{JsonSession, Session as StoreSession, SessionKey, SessionSummary, State as StoreState};
 use adk_session::{Event, Events, Session, State};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::event::into_adk_event;
+use crate::event_json::adk_event_from_json;
 
 #[derive(Debug, Clone)]
 pub(crate) struct LoadedSession {
     app_name: String,
     user_id: String,
     id: String,
-    state: HashMap<String, Value>,
+    /// The store's map as it came: adk asks for single keys (`get`) far
+    /// more often than for a copy of all of them, so converting every
+    /// session's state to a `HashMap` up front would be wasted on a list.
+    state: StoreState,
     events: Vec<Event>,
     last_update_time: DateTime<Utc>,
 }
@@ -27,15 +31,23 @@ impl LoadedSession {
     /// snapshot instead of being copied.
     pub(crate) fn from_store(session: StoreSession) -> Result<Self, AdkError> {
         let events = session.events.into_iter().map(into_adk_event).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::new(session.key, session.state.into_iter().collect(), events, session.last_update_time))
+        Ok(Self::new(session.key, session.state, events, session.last_update_time))
+    }
+
+    /// A got session: its events read from their stored JSON straight into
+    /// adk events.
+    pub(crate) fn from_json(stored: JsonSession) -> Result<Self, AdkError> {
+        let JsonSession { session, events } = stored;
+        let events = events.iter().map(adk_event_from_json).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(session.key, session.state, events, session.last_update_time))
     }
 
     /// A listed session: metadata and live state, never events.
     pub(crate) fn from_summary(summary: SessionSummary) -> Self {
-        Self::new(summary.key, summary.state.into_iter().collect(), Vec::new(), summary.last_update_time)
+        Self::new(summary.key, summary.state, Vec::new(), summary.last_update_time)
     }
 
-    fn new(key: SessionKey, state: HashMap<String, Value>, events: Vec<Event>, at: DateTime<Utc>) -> Self {
+    fn new(key: SessionKey, state: StoreState, events: Vec<Event>, at: DateTime<Utc>) -> Self {
         Self {
             app_name: key.app_name.into(),
             user_id: key.user_id.into(),
@@ -90,7 +102,7 @@ impl State for LoadedSession {
     }
 
     fn all(&self) -> HashMap<String, Value> {
-        self.state.clone()
+        self.state.iter().map(|(key, value)| (key.clone(), value.clone())).collect()
     }
 }
 

@@ -8,6 +8,7 @@ use crate::app_list::{AppSessionPage, ListAppSessions};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::{AppName, SessionId, SessionKey, UserId};
+use crate::json_events::{JsonEvents, JsonSession};
 use crate::metadata::SessionMetadata;
 use crate::paging::{EventPage, EventsPage};
 use crate::redaction::{RedactOptions, Redacted};
@@ -25,6 +26,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Loads a session with its merged state and the events `options` select.
     /// Missing, another user's or expired sessions are `NotFound`.
     async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError>;
+
+    /// [`get`](Self::get) with the events as their stored JSON, for a caller
+    /// that decodes them into its own types. The default serializes what
+    /// `get` returns; a store holding JSON hands it over as it is.
+    async fn get_json(&self, key: &SessionKey, options: GetOptions) -> Result<JsonSession, StoreError> {
+        let mut session = self.get(key, options).await?;
+        let events = JsonEvents::from_events(&std::mem::take(&mut session.events))?;
+        Ok(JsonSession { session, events })
+    }
 
     /// One page of a user's sessions, newest first, without events.
     async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError>;

@@ -345,7 +345,22 @@ pub(crate) struct GetRow {
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub app_state: Option<Value>,
     #[diesel(sql_type = Nullable<Jsonb>)]
-    pub payload: Option<StoredEvent>,
+    pub payload: Option<JsonText>,
+}
+
+/// A jsonb value's JSON text as the server sent it, left for the caller to
+/// parse into whatever it wants (a get's events go to the adk adapter as
+/// JSON: see `adk_postgres_domain::JsonEvents`).
+#[derive(Debug, diesel::deserialize::FromSqlRow)]
+pub(crate) struct JsonText(pub Vec<u8>);
+
+impl FromSql<Jsonb, Pg> for JsonText {
+    fn from_sql(value: PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        match value.as_bytes().split_first() {
+            Some((1, text)) => Ok(Self(text.to_vec())),
+            _ => Err("unsupported jsonb version".into()),
+        }
+    }
 }
 
 /// An event read straight from jsonb's bytes, without a `serde_json::Value`

@@ -206,6 +206,7 @@ pub async fn get_missing_or_foreign_session_is_not_found<F: StoreFactory>(f: &F)
     let foreign_app = key(&other_app(&app), &user, "mine");
     for k in [&missing, &foreign_user, &foreign_app] {
         expect_not_found(store.get(k, GetOptions::default()).await, k, "get");
+        expect_not_found(store.get_json(k, GetOptions::default()).await, k, "get_json");
         expect_not_found(store.get(k, GetOptions { num_recent_events: Some(1), after: None }).await, k, "get");
         expect_not_found(store.append(k, Event::new("agent"), AppendOptions::default()).await, k, "append");
         store.delete(k).await.expect("deleting what is not there");

@@ -3,7 +3,7 @@
 //! limit applies to what is left.
 
 use adk_postgres_domain::event::MAX_EVENT_BYTES;
-use adk_postgres_domain::{DEFAULT_MEDIA_OFFLOAD_BYTES, Event, GetOptions, StoreConfig, StoreError};
+use adk_postgres_domain::{DEFAULT_MEDIA_OFFLOAD_BYTES, Event, GetOptions, Session, StoreConfig, StoreError};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
@@ -60,6 +60,15 @@ pub async fn media_round_trips_exactly_past_the_event_limit<F: StoreFactory>(f: 
     }
     let recent = store.get(&session.key, GetOptions { num_recent_events: Some(1), after: None }).await.expect("get");
     assert_eq!(as_json(&recent.events[0]), as_json(&sent[3]));
+
+    // The events as JSON (what the adk adapter's get reads): the media is
+    // put back there too, and everything else is what `get` returns.
+    let as_stored = store.get_json(&session.key, GetOptions::default()).await.expect("get_json");
+    assert_eq!(as_stored.events.len(), sent.len());
+    assert!(as_stored.session.events.is_empty(), "the events come once, as JSON");
+    let decoded = as_stored.into_session().expect("every document is an event");
+    assert_eq!(decoded.events.iter().map(as_json).collect::<Vec<_>>(), sent.iter().map(as_json).collect::<Vec<_>>());
+    assert_eq!(Session { events: Vec::new(), ..decoded }, Session { events: Vec::new(), ..read });
 }
 
 pub async fn media_events_replay_and_conflict_like_any_event<F: StoreFactory>(f: &F) {

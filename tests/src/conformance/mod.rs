@@ -288,6 +288,14 @@ async fn get_ids(
         .get(key, GetOptions { num_recent_events, after })
         .await
         .unwrap_or_else(|e| panic!("get {key} ({num_recent_events:?}, {after:?}): {e}"));
+    // The same read with the events as JSON (the adk adapter's get) selects
+    // the same events and returns the same session.
+    let as_json = store
+        .get_json(key, GetOptions { num_recent_events, after })
+        .await
+        .and_then(|read| read.into_session())
+        .unwrap_or_else(|e| panic!("get_json {key} ({num_recent_events:?}, {after:?}): {e}"));
+    assert_eq!(as_json, session, "get_json {key} ({num_recent_events:?}, {after:?})");
     ids(&session.events)
 }
 

@@ -9,6 +9,11 @@ use adk_postgres_domain::blob::{self, BlobHash};
 
 use crate::functions::BlobRow;
 
+/// The reference's key as it shows in an event's JSON text: an event
+/// without it names no media. (Inside a JSON string the quotes would be
+/// escaped, so text merely mentioning the key does not match.)
+pub(crate) const MEDIA_MARKER: &[u8] = b"\"adk_blob\"";
+
 /// The distinct blobs the events' content names, for `adk_get_blobs`.
 pub(super) fn references(events: &[Event]) -> Vec<Vec<u8>> {
     let mut wanted: Vec<BlobHash> = Vec::new();
@@ -35,4 +40,14 @@ pub(super) fn put_back(events: &mut [Event], rows: Vec<BlobRow>) -> Result<(), M
         blob::reinline(content, &blobs).map_err(|_| MediaGone)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_marker_is_the_reference_key_quoted() {
+        assert_eq!(MEDIA_MARKER, format!("{:?}", blob::BLOB_KEY).as_bytes());
+    }
 }

@@ -25,8 +25,8 @@ use std::time::Duration;
 use adk_postgres_domain::state::state_from_value;
 use adk_postgres_domain::{
     AppName, AppSessionPage, AppendOptions, Appended, CreateSession, Erasure, Event, EventPage, EventsPage, GetOptions,
-    ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey, SessionMetadata,
-    SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
+    JsonSession, ListAppSessions, ListSessions, RedactOptions, Redacted, Session, SessionId, SessionKey,
+    SessionMetadata, SessionPage, SessionStore, State, StoreConfig, StoreError, UserId,
 };
 use async_trait::async_trait;
 use diesel::data_types::PgInterval;
@@ -238,6 +238,14 @@ impl SessionStore for PgSessionStore {
 
     async fn get(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
         Observation::new(Operation::Get, Some(&key.app_name)).run(self.bounded(self.load_session(key, options))).await
+    }
+
+    /// The events as the server sent their jsonb, copied into one buffer
+    /// without being parsed (only events naming media are, to put it back).
+    async fn get_json(&self, key: &SessionKey, options: GetOptions) -> Result<JsonSession, StoreError> {
+        Observation::new(Operation::Get, Some(&key.app_name))
+            .run(self.bounded(self.load_json_session(key, options)))
+            .await
     }
 
     async fn list(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 use adk_postgres_domain::event::timestamp_to_nanos;
 use adk_postgres_domain::state::{SharedScopes, merge_scopes};
 use adk_postgres_domain::{
-    AppName, CreateSession, Event, GetOptions, ListSessions, OnExisting, PageToken, ScopedState, Session, SessionId,
-    SessionKey, SessionMetadata, SessionPage, SessionSummary, StoreError, UserId,
+    AppName, CreateSession, Event, GetOptions, JsonEvents, JsonSession, ListSessions, OnExisting, PageToken,
+    ScopedState, Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionSummary, StoreError, UserId,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::media::MEDIA_MARKER;
 use super::{PgSessionStore, TenantScope, interval, media, only_row, single, stored_state, to_json, version};
 use crate::conn::Load as _;
 use crate::error::from_diesel;
@@ -134,15 +135,37 @@ impl PgSessionStore {
         })
     }
 
-    /// The session, with the media its events name put back in place. The
-    /// media is read by a second call, made only when there is any; when a
-    /// blob is gone by then, the session changed between the two reads, and
-    /// the whole read runs again.
+    /// The session, with the media its events name put back in place.
     pub(crate) async fn load_session(&self, key: &SessionKey, options: GetOptions) -> Result<Session, StoreError> {
+        self.load_json_session(key, options).await?.into_session()
+    }
+
+    /// The session with its events as JSON, media put back in place. The
+    /// media is read by a second call, made only when an event names any;
+    /// when a blob is gone by then, the session changed between the two
+    /// reads, and the whole read runs again.
+    pub(crate) async fn load_json_session(
+        &self,
+        key: &SessionKey,
+        options: GetOptions,
+    ) -> Result<JsonSession, StoreError> {
         const READS: usize = 3;
         for _ in 0..READS {
-            let mut session = self.load_session_once(key, &options).await?;
-            let wanted = media::references(&session.events);
+            let mut session = self.load_json_session_once(key, &options).await?;
+            // Only events that may hold a reference are parsed here; the
+            // marker is a key, so an event without it names no media.
+            let marker = memchr::memmem::Finder::new(MEDIA_MARKER);
+            let mut with_media: Vec<(usize, Event)> = Vec::new();
+            for (index, json) in session.events.iter().enumerate() {
+                if marker.find(json).is_some() {
+                    let event = serde_json::from_slice(json).map_err(|e| StoreError::Database {
+                        message: format!("stored event {index} of the session is corrupt: {e}"),
+                    })?;
+                    with_media.push((index, event));
+                }
+            }
+            let mut events: Vec<Event> = with_media.iter().map(|(_, event)| event.clone()).collect();
+            let wanted = media::references(&events);
             if wanted.is_empty() {
                 return Ok(session);
             }
@@ -150,7 +173,13 @@ impl PgSessionStore {
                 .load::<BlobRow>(&mut conn)
                 .await
                 .map_err(|e| from_diesel(e, "state")))?;
-            if media::put_back(&mut session.events, rows).is_ok() {
+            if media::put_back(&mut events, rows).is_ok() {
+                for ((index, _), event) in with_media.iter().zip(&events) {
+                    let json = serde_json::to_vec(event).map_err(|e| StoreError::Database {
+                        message: format!("stored event {index} does not serialize with its media: {e}"),
+                    })?;
+                    session.events.replace(*index, &json);
+                }
                 return Ok(session);
             }
         }
@@ -159,7 +188,7 @@ impl PgSessionStore {
         })
     }
 
-    async fn load_session_once(&self, key: &SessionKey, options: &GetOptions) -> Result<Session, StoreError> {
+    async fn load_json_session_once(&self, key: &SessionKey, options: &GetOptions) -> Result<JsonSession, StoreError> {
         let after = options
             .after
             .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));
@@ -171,17 +200,19 @@ impl PgSessionStore {
         let mut rows = rows.into_iter();
         let session = rows.next().ok_or_else(|| StoreError::NotFound(key.clone()))?;
         let corrupt = |what: &str| StoreError::Database { message: format!("adk_get_session returned no {what}") };
-        let events = rows
-            .map(|row| row.payload.map(|p| p.0).ok_or_else(|| corrupt("payload on an event row")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let bytes = rows.as_slice().iter().map(|row| row.payload.as_ref().map_or(0, |json| json.0.len())).sum();
+        let mut events = JsonEvents::with_capacity(rows.len(), bytes);
+        for row in rows {
+            events.push(&row.payload.ok_or_else(|| corrupt("payload on an event row"))?.0);
+        }
         let last_seq = session.last_seq.ok_or_else(|| corrupt("last_seq"))?;
         let session_state = stored_state("session state", session.state)?;
         let user = stored_state("user state", session.user_state)?;
         let app = stored_state("app state", session.app_state)?;
-        Ok(Session {
+        let session = Session {
             key: key.clone(),
             state: SharedScopes::new(&user, &app).merge_into(session_state),
-            events,
+            events: Vec::new(),
             version: version(last_seq),
             last_update_time: session.updated_at.ok_or_else(|| corrupt("updated_at"))?,
             created_at: session.created_at.ok_or_else(|| corrupt("created_at"))?,
@@ -196,7 +227,8 @@ impl PgSessionStore {
                 display_name: session.display_name,
                 labels: session.labels.ok_or_else(|| corrupt("labels"))?.0,
             },
-        })
+        };
+        Ok(JsonSession { session, events })
     }
 
     pub(super) async fn list_sessions(&self, request: &ListSessions) -> Result<SessionPage, StoreError> {
