@@ -107,16 +107,23 @@ pub fn pool_config() -> PoolConfig {
 impl Driver {
     /// Connects `peer` (not the floor) to the database at `url`.
     pub async fn connect(peer: Peer, url: &str) -> anyhow::Result<Self> {
+        Self::connect_with(peer, url, &pool_config()).await
+    }
+
+    /// [`Driver::connect`] with our pools configured as `config` (a name of
+    /// their own tells a driver's connections apart in `pg_stat_activity`);
+    /// adk-session keeps its own pool.
+    pub async fn connect_with(peer: Peer, url: &str, config: &PoolConfig) -> anyhow::Result<Self> {
         Ok(match peer {
             Peer::Floor | Peer::Functions => return Err(anyhow!("{} is driven by pgbench", peer.label())),
             Peer::Ours => Driver::Service(Arc::new(PgSessionService::from_store(
-                PgSessionStore::connect(url, &pool_config(), Default::default())
+                PgSessionStore::connect(url, config, Default::default())
                     .await
                     .context("connecting our adk service")?
                     .with_tenant_scope(TenantScope::PerRequest),
             ))),
             Peer::OursStore => Driver::Store(
-                PgSessionStore::connect(url, &pool_config(), Default::default())
+                PgSessionStore::connect(url, config, Default::default())
                     .await
                     .context("connecting our store")?
                     .with_tenant_scope(TenantScope::PerRequest),

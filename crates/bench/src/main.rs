@@ -8,6 +8,9 @@
 //! see `server`), and every workload runs on all of them round by round, so
 //! the ratios compare like with like even where absolute timings are noisy.
 //! What TLS would change is measured apart, on our store alone (`tls`).
+//! The reads section (`reads`, `--reads`) judges issue 37's targets for
+//! gets and listings, ours over TLS included; a full run judges them too,
+//! from its own rows.
 
 mod archive;
 mod citus;
@@ -25,6 +28,7 @@ mod ops;
 mod paging;
 mod pgstat;
 mod protocol;
+mod reads;
 mod report;
 mod retention;
 mod rollup;
@@ -34,10 +38,16 @@ mod tls;
 mod toast;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+
+// The bench binary only: the library crates leave the allocator to the
+// application that links them. Every report says which one ran.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Benchmarks adk-postgres against the raw-SQL floor and adk-session.
 #[derive(Debug, Parser)]
@@ -75,6 +85,26 @@ struct Args {
     /// with --quick).
     #[arg(long, conflicts_with_all = ["citus", "media", "toast"])]
     archive: bool,
+    /// Instead: only the reads section (get of 40 and of 1,000 events,
+    /// list of 100 sessions, through the adk trait: ours, adk-session, ours
+    /// over TLS; issue 37's targets); JSON in OUT_DIR/reads.json
+    /// (reads-quick.json with --quick).
+    #[arg(long, conflicts_with_all = ["citus", "media", "toast", "archive"])]
+    reads: bool,
+}
+
+/// Prints a section's report and writes it as JSON to OUT_DIR/NAME.json
+/// (NAME-quick.json for a quick run); returns the file.
+fn write_section<R>(report: &R, out_dir: &Path, name: &str, quick: bool) -> anyhow::Result<PathBuf>
+where
+    R: std::fmt::Display + serde::Serialize,
+{
+    println!("{report}");
+    std::fs::create_dir_all(out_dir)?;
+    let file = out_dir.join(if quick { format!("{name}-quick.json") } else { format!("{name}.json") });
+    std::fs::write(&file, serde_json::to_string_pretty(report)?)?;
+    println!("JSON: {}", file.display());
+    Ok(file)
 }
 
 fn main() -> ExitCode {
@@ -97,35 +127,18 @@ fn main() -> ExitCode {
             let plan = if args.quick { citus::CitusPlan::quick() } else { citus::CitusPlan::full() };
             return citus::run(plan, &out_dir).await;
         }
+        let quick = options.plan.quick;
         if args.media {
-            let quick = options.plan.quick;
-            let report = run::run_media(options).await?;
-            println!("{report}");
-            std::fs::create_dir_all(&out_dir)?;
-            let file = out_dir.join(if quick { "media-quick.json" } else { "media.json" });
-            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
-            println!("JSON: {}", file.display());
-            return Ok(file);
+            return write_section(&run::run_media(options).await?, &out_dir, "media", quick);
         }
         if args.toast {
-            let quick = options.plan.quick;
-            let report = run::run_toast(options).await?;
-            println!("{report}");
-            std::fs::create_dir_all(&out_dir)?;
-            let file = out_dir.join(if quick { "toast-quick.json" } else { "toast.json" });
-            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
-            println!("JSON: {}", file.display());
-            return Ok(file);
+            return write_section(&run::run_toast(options).await?, &out_dir, "toast", quick);
         }
         if args.archive {
-            let quick = options.plan.quick;
-            let report = run::run_archive(options).await?;
-            println!("{report}");
-            std::fs::create_dir_all(&out_dir)?;
-            let file = out_dir.join(if quick { "archive-quick.json" } else { "archive.json" });
-            std::fs::write(&file, serde_json::to_string_pretty(&report)?)?;
-            println!("JSON: {}", file.display());
-            return Ok(file);
+            return write_section(&run::run_archive(options).await?, &out_dir, "archive", quick);
+        }
+        if args.reads {
+            return write_section(&run::run_reads(options).await?, &out_dir, "reads", quick);
         }
         let report = run::run(options).await?;
         run::write_outputs(&report, &out_dir)

@@ -2,11 +2,13 @@
 
 use std::time::Instant;
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 
 use crate::driver::Driver;
 use crate::measure::Sample;
-use crate::workload::{self, CONCURRENCY, EVENTS_PER_SESSION};
+use crate::workload::{
+    self, BIG_SESSION, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, SMALL_SESSION,
+};
 
 /// The operations measured, in the order of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -34,6 +36,16 @@ impl Op {
         Op::List100,
     ];
 
+    /// Events one operation reads, for the gets (`big`: events of the big session).
+    pub fn events_read(self, big: usize) -> Option<usize> {
+        match self {
+            Op::Get40 => Some(EVENTS_PER_SESSION),
+            Op::GetBig => Some(big),
+            Op::Get40Recent20 | Op::GetBigRecent20 => Some(20),
+            _ => None,
+        }
+    }
+
     pub fn label(self, big: usize) -> String {
         match self {
             Op::Create => "create".into(),
@@ -43,7 +55,7 @@ impl Op {
             Op::Get40Recent20 => "get, 20 recent of 40".into(),
             Op::GetBig => format!("get, {big} events"),
             Op::GetBigRecent20 => format!("get, 20 recent of {big}"),
-            Op::List100 => format!("list, {} sessions", workload::LIST_SESSIONS),
+            Op::List100 => format!("list, {LIST_SESSIONS} sessions"),
         }
     }
 }
@@ -175,6 +187,38 @@ async fn list_here(driver: &Driver, user: &str, expected: usize, count: usize) -
     }
     sample.end_round(count as u64, began.elapsed());
     Ok(sample)
+}
+
+/// `count` operations of the read workload `op` (a get or the listing) on
+/// the sessions [`setup_reads`] made, with `big` events in the big one.
+pub async fn read(driver: &Driver, op: Op, big: usize, count: usize) -> anyhow::Result<Sample> {
+    match op {
+        Op::Get40 => get(driver, GET_USER, SMALL_SESSION, None, EVENTS_PER_SESSION, count).await,
+        Op::Get40Recent20 => get(driver, GET_USER, SMALL_SESSION, Some(20), 20, count).await,
+        Op::GetBig => get(driver, GET_USER, BIG_SESSION, None, big, count).await,
+        Op::GetBigRecent20 => get(driver, GET_USER, BIG_SESSION, Some(20), 20, count).await,
+        Op::List100 => list(driver, LIST_USER, LIST_SESSIONS, count).await,
+        Op::Create | Op::AppendSequential | Op::AppendConcurrent => bail!("{} is not a read", op.label(big)),
+    }
+}
+
+/// The sessions the get workloads read, filled through the driver's own
+/// append (setup, untimed): `SMALL_SESSION` of `EVENTS_PER_SESSION`
+/// events and `BIG_SESSION` of `big`.
+pub async fn setup_reads(driver: &Driver, big: usize) -> anyhow::Result<()> {
+    for (session, events) in [(SMALL_SESSION, EVENTS_PER_SESSION), (BIG_SESSION, big)] {
+        driver.create(GET_USER, session).await?;
+        fill(driver, GET_USER, session, events).await?;
+    }
+    Ok(())
+}
+
+/// The `LIST_SESSIONS` empty sessions of the list user (setup, untimed).
+pub async fn setup_list(driver: &Driver) -> anyhow::Result<()> {
+    for i in 0..LIST_SESSIONS {
+        driver.create(LIST_USER, &format!("l-{i}")).await?;
+    }
+    Ok(())
 }
 
 /// Appends `events` events to one session (setup, untimed).

@@ -22,6 +22,7 @@ use crate::ops::Op;
 use crate::paging::PagingReport;
 use crate::pgstat::HotRatio;
 use crate::protocol::ProtocolReport;
+use crate::reads::{self, Reader};
 use crate::retention::RetentionReport;
 use crate::rollup::{RollupBenchReport, RollupRun};
 use crate::server::{ServerInfo, human_bytes};
@@ -150,6 +151,12 @@ pub struct Machine {
     pub load_average_end: Option<f64>,
 }
 
+/// The bench process's global allocator (the `mimalloc` feature), which
+/// the client CPU figures depend on.
+pub fn allocator() -> &'static str {
+    if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" }
+}
+
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
@@ -179,6 +186,20 @@ impl Machine {
             load_average_end: load_average(),
         }
     }
+
+    /// One line saying what the machine is and how busy it was.
+    pub fn describe(&self) -> String {
+        let load = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+        format!(
+            "Machine: {} x {}, {} RAM, Linux {}; load average {} at the start, {} at the end",
+            self.cpus,
+            self.cpu_model,
+            human_bytes(self.memory_bytes as f64),
+            self.kernel,
+            load(self.load_average_start),
+            load(self.load_average_end),
+        )
+    }
 }
 
 /// One of the issue's targets, judged on this run.
@@ -194,6 +215,8 @@ pub struct Target {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub plan: Plan,
+    /// The bench process's global allocator.
+    pub allocator: &'static str,
     pub machine: Machine,
     pub server: ServerInfo,
     pub results: Vec<Measured>,
@@ -237,6 +260,9 @@ pub struct Report {
     pub notes: Vec<String>,
     pub elapsed_secs: f64,
     pub targets: Vec<Target>,
+    /// Issue 37's targets for reads, from this table's rows (ours through
+    /// the adk trait against adk-session; `--reads` measures TLS too).
+    pub read_targets: Vec<Target>,
 }
 
 pub(crate) fn ratio(a: f64, b: f64) -> Option<f64> {
@@ -353,6 +379,14 @@ impl Report {
             &|x| x < 200.0 * 1024.0 * 1024.0,
         );
         self.targets = targets;
+        self.read_targets = reads::targets(big, |op, reader| {
+            let peer = match reader {
+                Reader::Ours => Peer::Ours,
+                Reader::AdkSession => Peer::AdkSession,
+                Reader::OursTls => return None,
+            };
+            self.find(op, peer).map(|m| &m.latency)
+        });
         let ratios: Vec<Ratios> = self
             .results
             .iter()
@@ -577,18 +611,9 @@ impl Report {
     }
 
     pub fn print(&self) {
-        let m = &self.machine;
         println!();
-        let load = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
-        println!(
-            "Machine: {} x {}, {} RAM, Linux {}; load average {} at the start, {} at the end",
-            m.cpus,
-            m.cpu_model,
-            human_bytes(m.memory_bytes as f64),
-            m.kernel,
-            load(m.load_average_start),
-            load(m.load_average_end),
-        );
+        println!("{}", self.machine.describe());
+        println!("Allocator of the bench process: {}", self.allocator);
         println!(
             "Plan: {}; {} creates, {} sessions x {} events per append mode, get of {} events, {} rounds of reads",
             if self.plan.quick { "quick (smoke test: figures are indicative only)" } else { "full" },
@@ -753,6 +778,12 @@ impl Report {
             };
             println!("  [{verdict}] {:<55} {:>12}  (wanted {})", t.name, t.measured, t.wanted);
         }
+        println!();
+        println!(
+            "Reads (issue 37), from the rows above: ours (adk trait) against adk-session, both on plaintext \
+             (the TLS rows: `--reads`); reported, never asserted:"
+        );
+        println!("{}", reads::targets_table(&self.read_targets));
         for note in &self.notes {
             println!("Note: {note}");
         }

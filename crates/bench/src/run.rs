@@ -34,9 +34,10 @@ use crate::rollup;
 use crate::server::{Server, Transport, connect, with_transport};
 use crate::tls::{self, SslCount, TlsReport};
 use crate::workload::{
-    self, APP, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, append_session,
+    self, APP, BIG_SESSION, CONCURRENCY, EVENTS_PER_SESSION, GET_USER, LIST_SESSIONS, LIST_USER, Plan, SMALL_SESSION,
+    append_session,
 };
-use crate::{archive, erase, feed, labels, lease, media, paging, toast};
+use crate::{archive, erase, feed, labels, lease, media, paging, reads, toast};
 
 /// Session ids of the floor's append workloads: numbers (user = session),
 /// sequential from here, concurrent from `CONCURRENT_BASE`.
@@ -116,12 +117,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         if peer.our_schema() {
             migrate_ours(&url, today).await?;
         } else {
-            adk_session::PostgresSessionService::new(&url)
-                .await
-                .map_err(|e| anyhow!("{e}"))?
-                .migrate()
-                .await
-                .map_err(|e| anyhow!("adk-session migrate: {e}"))?;
+            migrate_adk_session(&url).await?;
         }
         urls.insert(peer, url);
     }
@@ -246,6 +242,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let measured = bench.measured();
     let report = Report {
         plan: bench.plan.clone(),
+        allocator: report::allocator(),
         machine: report::Machine { load_average_start: load_at_start, ..report::Machine::detect() },
         server: info,
         results: measured,
@@ -269,6 +266,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         notes: bench.notes.clone(),
         elapsed_secs: started.elapsed().as_secs_f64(),
         targets: Vec::new(),
+        read_targets: Vec::new(),
     }
     .with_targets();
     if !bench.server.is_throwaway() {
@@ -306,6 +304,18 @@ pub async fn run_toast(options: Options) -> anyhow::Result<toast::ToastReport> {
         .ok_or_else(|| anyhow!("the server was built without lz4: nothing to compare"))
 }
 
+/// Only the reads section, on a server of its own (`--reads`).
+pub async fn run_reads(options: Options) -> anyhow::Result<reads::ReadsReport> {
+    let server = match &options.database_url {
+        Some(url) => Server::existing(url).await?,
+        None => {
+            log("starting a throwaway cluster with durable settings");
+            Server::throwaway().await?
+        }
+    };
+    reads::measure(&server, Utc::now().date_naive(), options.plan.reads()).await
+}
+
 /// Only the archive section, on a server of its own (`--archive`).
 pub async fn run_archive(options: Options) -> anyhow::Result<archive::ArchiveReport> {
     let server = match &options.database_url {
@@ -323,6 +333,16 @@ pub(crate) async fn migrate_ours(url: &str, today: NaiveDate) -> anyhow::Result<
     // Premake today and the week ahead, as `adk-pg maintain` does.
     run_maintenance(url, today, &MaintenanceConfig::default()).await.context("premaking partitions")?;
     Ok(())
+}
+
+/// adk-session's own tables on the database at `url`, by its own migration.
+pub(crate) async fn migrate_adk_session(url: &str) -> anyhow::Result<()> {
+    adk_session::PostgresSessionService::new(url)
+        .await
+        .map_err(|e| anyhow!("{e}"))?
+        .migrate()
+        .await
+        .map_err(|e| anyhow!("adk-session migrate: {e}"))
 }
 
 /// The role our drivers connect as in every database of the run.
@@ -438,9 +458,7 @@ impl Bench {
                     driver.create(&user, &session).await?;
                 }
             }
-            for i in 0..LIST_SESSIONS {
-                driver.create(LIST_USER, &format!("l-{i}")).await?;
-            }
+            ops::setup_list(&driver).await?;
         }
         Ok(())
     }
@@ -562,7 +580,7 @@ impl Bench {
                 let plain = BoundEvent::of(1)?;
                 let state = serde_json::to_string(&workload::initial_state())?;
                 let mut coordinates = Vec::new();
-                for (session, events) in [("g-40", EVENTS_PER_SESSION), ("g-big", big)] {
+                for (session, events) in [(SMALL_SESSION, EVENTS_PER_SESSION), (BIG_SESSION, big)] {
                     sql.execute(
                         "SELECT adk_create_session(NULL, $1, $2, $3, $4::text::jsonb, NULL, '{}', '{}')",
                         &[&APP, &GET_USER, &session, &state],
@@ -604,11 +622,7 @@ impl Bench {
                 targets.insert(peer, ReadTargets { small: Some(small), big: Some(big_session) });
                 continue;
             }
-            let driver = self.drivers[&peer].clone();
-            for (session, events) in [("g-40", EVENTS_PER_SESSION), ("g-big", big)] {
-                driver.create(GET_USER, session).await?;
-                ops::fill(&driver, GET_USER, session, events).await?;
-            }
+            ops::setup_reads(&self.drivers[&peer], big).await?;
             targets.insert(peer, ReadTargets { small: None, big: None });
         }
         Ok(targets)
@@ -619,18 +633,18 @@ impl Bench {
         let small_reads = self.plan.small_reads;
         let big_reads = self.plan.big_reads;
         let workloads = [
-            (Op::Get40, "g-40", None, EVENTS_PER_SESSION, small_reads),
-            (Op::Get40Recent20, "g-40", Some(20), 20, small_reads),
-            (Op::GetBig, "g-big", None, big, big_reads),
-            (Op::GetBigRecent20, "g-big", Some(20), 20, small_reads),
+            (Op::Get40, SMALL_SESSION, None, small_reads),
+            (Op::Get40Recent20, SMALL_SESSION, Some(20), small_reads),
+            (Op::GetBig, BIG_SESSION, None, big_reads),
+            (Op::GetBigRecent20, BIG_SESSION, Some(20), small_reads),
         ];
         for round in 0..self.plan.read_rounds {
-            for (op, session, recent, expected, count) in workloads {
+            for (op, session, recent, count) in workloads {
                 log(format!("{}: round {}/{} ({count} reads)", op.label(big), round + 1, self.plan.read_rounds));
                 for peer in self.peers() {
                     self.timed(op, peer, async |bench: &Self| match peer {
                         Peer::Floor | Peer::Functions => {
-                            let at = if session == "g-40" { &targets[&peer].small } else { &targets[&peer].big };
+                            let at = if session == SMALL_SESSION { &targets[&peer].small } else { &targets[&peer].big };
                             let at = at.as_ref().ok_or_else(|| anyhow!("no floor session"))?;
                             bench.floor(
                                 peer,
@@ -643,7 +657,7 @@ impl Bench {
                                 ),
                             )
                         }
-                        _ => ops::get(&bench.drivers[&peer], GET_USER, session, recent, expected, count).await,
+                        _ => ops::read(&bench.drivers[&peer], op, big, count).await,
                     })
                     .await?;
                 }
@@ -665,7 +679,7 @@ impl Bench {
                             LIST_USER,
                         ),
                     ),
-                    _ => ops::list(&bench.drivers[&peer], LIST_USER, LIST_SESSIONS, small_reads).await,
+                    _ => ops::read(&bench.drivers[&peer], Op::List100, big, small_reads).await,
                 })
                 .await?;
             }
@@ -852,7 +866,7 @@ impl Bench {
             }
             // reads
             for (kind, session, recent) in
-                [(RoundTripKind::Get, "g-40", None), (RoundTripKind::GetRecent, "g-big", Some(20))]
+                [(RoundTripKind::Get, SMALL_SESSION, None), (RoundTripKind::GetRecent, BIG_SESSION, Some(20))]
             {
                 for _ in 0..WARM_UP {
                     driver.get(GET_USER, session, recent).await?;

@@ -38,8 +38,8 @@ use crate::workload::{EVENTS_PER_SESSION, GET_USER, Plan, append_session};
 
 /// `application_name` of each store's connections, which is how the
 /// server's statistics tell them apart.
-const PLAIN_APPLICATION: &str = "adk-postgres-bench-plain";
-const TLS_APPLICATION: &str = "adk-postgres-bench-tls";
+pub(crate) const PLAIN_APPLICATION: &str = "adk-postgres-bench-plain";
+pub(crate) const TLS_APPLICATION: &str = "adk-postgres-bench-tls";
 /// Untimed gets on each store before the first round: its connection is
 /// open (the handshake done) and the server's caches warm.
 const WARM_UP: usize = 10;

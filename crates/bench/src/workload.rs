@@ -23,6 +23,11 @@ pub const LIST_USER: &str = "lister";
 pub const GET_USER: &str = "reader";
 /// Sessions of the list user.
 pub const LIST_SESSIONS: usize = 100;
+/// The sessions `get` reads: `EVENTS_PER_SESSION` events, and the big one.
+pub const SMALL_SESSION: &str = "g-40";
+pub const BIG_SESSION: &str = "g-big";
+/// Events of the big session in a full run.
+pub const BIG_SESSION_EVENTS: usize = 1_000;
 
 /// Writers of the crowd sections; adk-session meets the first only.
 pub const CROWD_WRITERS: [usize; 2] = [200, 1000];
@@ -76,6 +81,10 @@ pub struct Plan {
     /// `small_reads` and `big_reads` times per round.
     pub tls_rounds: usize,
     pub tls_append_sessions: usize,
+    /// Rounds of the reads section (`--reads`), each running every read
+    /// workload once on every implementation (`small_reads` and
+    /// `big_reads` operations, as a round of the main table).
+    pub reads_rounds: usize,
     /// Sessions of 16 images each leg of the media section appends (one a
     /// round), and whole-session gets timed per leg and round.
     pub media_rounds: usize,
@@ -109,7 +118,7 @@ impl Plan {
             append_sessions: 200,
             append_rounds: 5,
             sequential_append_rounds: 10,
-            big_session_events: 1_000,
+            big_session_events: BIG_SESSION_EVENTS,
             small_reads: 300,
             big_reads: 60,
             read_rounds: 5,
@@ -129,6 +138,8 @@ impl Plan {
             lease_race_repetitions: 5,
             tls_rounds: 8,
             tls_append_sessions: 10,
+            // Every order of the three implementations four times.
+            reads_rounds: 24,
             media_rounds: 3,
             media_gets: 5,
             media_peer_dedup_sessions: 100,
@@ -173,6 +184,7 @@ impl Plan {
             lease_race_repetitions: 2,
             tls_rounds: 2,
             tls_append_sessions: 2,
+            reads_rounds: 2,
             // The 16 images of 1 MB even here: fewer repetitions instead.
             media_rounds: 1,
             media_gets: 3,
@@ -226,6 +238,18 @@ impl Plan {
             erase_events_per_day: self.archive_erase_events_per_day,
             erase_user_days: self.archive_erase_user_days,
             full_reads: self.archive_full_reads,
+        }
+    }
+
+    pub fn reads(&self) -> crate::reads::ReadsPlan {
+        crate::reads::ReadsPlan {
+            quick: self.quick,
+            rounds: self.reads_rounds,
+            small_reads: self.small_reads,
+            big_reads: self.big_reads,
+            // The targets name the 1,000-event session, so a smoke run reads
+            // that one too: filling it takes seconds, not minutes.
+            big_session_events: BIG_SESSION_EVENTS,
         }
     }
 
@@ -325,6 +349,7 @@ mod tests {
             assert_eq!(plan.sessions_per_append_round(true) % CONCURRENCY, 0);
             assert_eq!(plan.creates % plan.create_rounds, 0);
             assert_eq!(plan.lease_invocations % crate::lease::INVOCATIONS_PER_SESSION, 0);
+            assert_eq!(plan.reads_rounds % 2, 0, "each pair of rounds runs the reads in both orders");
         }
     }
 }
