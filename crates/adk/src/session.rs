@@ -38,7 +38,13 @@ impl LoadedSession {
     /// adk events.
     pub(crate) fn from_json(stored: JsonSession) -> Result<Self, AdkError> {
         let JsonSession { session, events } = stored;
-        let events = events.iter().map(adk_event_from_json).collect::<Result<Vec<_>, _>>()?;
+        // Sized up front: an adk event is a large struct, and growing the
+        // vector would copy every event read so far each time.
+        let mut read = Vec::with_capacity(events.len());
+        for json in events.iter() {
+            read.push(adk_event_from_json(json)?);
+        }
+        let events = read;
         Ok(Self::new(session.key, session.state, events, session.last_update_time))
     }
 
