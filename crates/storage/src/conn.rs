@@ -16,6 +16,14 @@
 //! [`crate::functions`] are rendered to SQL and bound values with diesel's
 //! own query builder, and result rows decode through `QueryableByName`.
 //!
+//! The connection's socket side (tokio-postgres' `Connection`) is polled by
+//! the call running a statement, in its own task, rather than by a task
+//! spawned per connection: handing every reply from the connection's task
+//! to the caller's, on another worker thread, was a third of a read's
+//! client CPU, most of it the kernel waking threads. An idle connection is
+//! polled once when the pool checks it out, so one the server closed
+//! meanwhile is found then and replaced.
+//!
 //! A connection in the middle of a statement is never reused: if the call
 //! waiting on it is dropped (its bound passed, or its caller gave up), the
 //! pool sees it still busy and discards it, and a cancel request asks the
@@ -24,6 +32,8 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use diesel::QueryResult;
 use diesel::deserialize::QueryableByName;
@@ -39,7 +49,8 @@ use adk_postgres_connect::tokio_postgres;
 /// One connection of the store's pool.
 pub struct PgConn {
     client: tokio_postgres::Client,
-    driver: tokio::task::JoinHandle<()>,
+    /// `None` once it ended: the client's requests then fail at once.
+    connection: Option<adk_postgres_connect::PgConnection>,
     /// Set while a statement is on the wire: a connection dropped or
     /// returned in that state has an answer (or a commit) in flight and
     /// must not serve anyone else.
@@ -62,16 +73,26 @@ impl PgConn {
         let cancel = connected.client.cancel_token();
         Self {
             client: connected.client,
-            driver: adk_postgres_connect::spawn_connection(connected.connection),
+            connection: Some(connected.connection),
             busy: false,
             cancel,
             tls: config.tls_connector(),
         }
     }
 
-    /// Whether the pool must drop this connection rather than keep it.
-    pub(crate) fn is_broken(&self) -> bool {
-        self.busy || self.client.is_closed()
+    /// Whether the pool must drop this connection rather than keep it. An
+    /// idle connection is polled once, without waiting, so that what the
+    /// server sent while nobody used it (a termination, a closed socket) is
+    /// read now rather than by the next statement.
+    pub(crate) fn is_broken(&mut self) -> bool {
+        if let Some(connection) = self.connection.as_mut() {
+            let mut idle = Context::from_waker(Waker::noop());
+            if let Poll::Ready(ended) = Pin::new(connection).poll(&mut idle) {
+                log_end(ended);
+                self.connection = None;
+            }
+        }
+        self.busy || self.connection.is_none() || self.client.is_closed()
     }
 
     /// Marks the connection unusable, so the pool drops it on return.
@@ -97,7 +118,7 @@ impl PgConn {
         let params: Vec<(&(dyn ToSql + Sync), Type)> =
             binds.iter().map(|bind| (bind as &(dyn ToSql + Sync), bind.ty.clone())).collect();
         self.busy = true;
-        let rows = self.client.query_typed(sql, &params).await;
+        let rows = drive(&mut self.connection, self.client.query_typed(sql, &params)).await;
         // A server error ends the cycle too: the connection is as good as
         // before. A lost connection is closed and found broken anyway.
         self.busy = false;
@@ -108,7 +129,7 @@ impl PgConn {
     /// Runs statements without parameters or results, as one simple query.
     pub async fn batch_execute(&mut self, sql: &str) -> QueryResult<()> {
         self.busy = true;
-        let result = self.client.batch_execute(sql).await;
+        let result = drive(&mut self.connection, self.client.batch_execute(sql)).await;
         self.busy = false;
         result.map_err(driver_error)
     }
@@ -129,9 +150,40 @@ impl Drop for PgConn {
                 });
             }
         }
-        // Closes the socket now rather than when the kernel gives up on a
-        // silent peer.
-        self.driver.abort();
+        // The connection goes with the struct, closing its socket now
+        // rather than when the kernel gives up on a silent peer.
+    }
+}
+
+/// Runs `work` (a request of the connection's client) while polling the
+/// connection itself in the same task, so the reply is read and handed
+/// over without waking another thread. The connection is polled between
+/// two polls of `work`: the first sends the request to it, the second
+/// takes the reply it just read.
+async fn drive<T>(
+    connection: &mut Option<adk_postgres_connect::PgConnection>,
+    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, tokio_postgres::Error> {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(done) = work.as_mut().poll(cx) {
+            return Poll::Ready(done);
+        }
+        if let Some(open) = connection.as_mut() {
+            if let Poll::Ready(ended) = Pin::new(open).poll(cx) {
+                log_end(ended);
+                // Dropping it fails whatever the client still waits for.
+                *connection = None;
+            }
+        }
+        work.as_mut().poll(cx)
+    })
+    .await
+}
+
+fn log_end(ended: Result<(), tokio_postgres::Error>) {
+    if let Err(error) = ended {
+        tracing::debug!(%error, "database connection ended");
     }
 }
 

@@ -202,7 +202,11 @@ async fn a_warm_connection_lists_on_one_plan_that_reads_a_grown_table_by_its_key
         .expect("plans of the page read");
     let (plans, calls): (i64, i64) = (row.get(0), row.get(1));
     assert_eq!(calls, (WARM_CALLS + MEASURED_CALLS) as i64, "the page read ran once per list");
-    assert_eq!(plans, 1, "the page read was planned {plans} times in {calls} lists on one connection");
+    // One plan, kept. A second is the server resetting every backend's
+    // caches when its invalidation queue overflows, which the rest of the
+    // suite's DDL can cause at any moment; custom plans would be one per
+    // call.
+    assert!(plans <= 2, "the page read was planned {plans} times in {calls} lists on one connection");
 
     // A label filter is planned with its value on every call (auto_explain
     // shows the value in the plan, where a generic plan has `$3`), and the
