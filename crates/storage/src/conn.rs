@@ -169,12 +169,12 @@ async fn drive<T>(
         if let Poll::Ready(done) = work.as_mut().poll(cx) {
             return Poll::Ready(done);
         }
-        if let Some(open) = connection.as_mut() {
-            if let Poll::Ready(ended) = Pin::new(open).poll(cx) {
-                log_end(ended);
-                // Dropping it fails whatever the client still waits for.
-                *connection = None;
-            }
+        if let Some(open) = connection.as_mut()
+            && let Poll::Ready(ended) = Pin::new(open).poll(cx)
+        {
+            log_end(ended);
+            // Dropping it fails whatever the client still waits for.
+            *connection = None;
         }
         work.as_mut().poll(cx)
     })
