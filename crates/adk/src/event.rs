@@ -89,6 +89,16 @@ pub const REDACTION_AT: &str = "adk_postgres.redaction.redacted_at";
 /// `"true"` when the state delta was removed too, else `"false"`.
 pub const REDACTION_STATE_DELTA: &str = "adk_postgres.redaction.state_delta";
 
+/// A redacted event's redaction, shown in its adk `provider_metadata`. A
+/// tombstone keeps no event_metadata of its own (it may carry text), so
+/// these keys are the redaction's alone.
+pub(crate) fn show_redaction(redaction: adk_postgres_domain::Redaction, event_metadata: &mut HashMap<String, String>) {
+    event_metadata.insert(REDACTION_REASON.to_owned(), redaction.reason);
+    event_metadata
+        .insert(REDACTION_AT.to_owned(), redaction.redacted_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
+    event_metadata.insert(REDACTION_STATE_DELTA.to_owned(), redaction.state_delta.to_string());
+}
+
 /// The store event for an adk event: every field carried, typed where the
 /// store reads it, the rest in `extra` when it is not blank.
 pub fn to_store_event(event: &adk_core::Event) -> Result<Event, AdkError> {
@@ -273,12 +283,7 @@ pub(crate) fn into_adk_event(event: Event) -> Result<adk_core::Event, AdkError> 
     }
 
     if let Some(redaction) = redaction {
-        // A tombstone keeps no event_metadata of its own (it may carry
-        // text), so these keys are the redaction's alone.
-        event_metadata.insert(REDACTION_REASON.to_owned(), redaction.reason);
-        event_metadata
-            .insert(REDACTION_AT.to_owned(), redaction.redacted_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
-        event_metadata.insert(REDACTION_STATE_DELTA.to_owned(), redaction.state_delta.to_string());
+        show_redaction(redaction, &mut event_metadata);
     }
 
     let mut actions = adk_core::EventActions {

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::event::{REDACTION_AT, REDACTION_REASON, REDACTION_STATE_DELTA, corrupt, into_adk_event, to_part};
+use crate::event::{corrupt, into_adk_event, show_redaction, to_part};
 
 /// The adk event stored as `json` (a store `Event`'s serde form).
 pub(crate) fn adk_event_from_json(json: &[u8]) -> Result<adk_core::Event, AdkError> {
@@ -171,12 +171,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         // After the whole object: the metadata key may come after the
         // redaction, and the redaction's keys are the last word.
         if let Some(redaction) = redaction {
-            event_metadata.insert(REDACTION_REASON.to_owned(), redaction.reason);
-            event_metadata.insert(
-                REDACTION_AT.to_owned(),
-                redaction.redacted_at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-            );
-            event_metadata.insert(REDACTION_STATE_DELTA.to_owned(), redaction.state_delta.to_string());
+            show_redaction(redaction, &mut event_metadata);
         }
         Ok(Direct(adk_core::Event {
             id,
