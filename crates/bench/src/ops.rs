@@ -25,15 +25,17 @@ pub enum Op {
 }
 
 impl Op {
+    /// In the order the report prints them: the reads every turn of an
+    /// agent and every sidebar makes come first, then the writes.
     pub const ALL: [Op; 8] = [
-        Op::Create,
-        Op::AppendSequential,
-        Op::AppendConcurrent,
+        Op::List100,
         Op::Get40,
         Op::Get40Recent20,
         Op::GetBig,
         Op::GetBigRecent20,
-        Op::List100,
+        Op::Create,
+        Op::AppendSequential,
+        Op::AppendConcurrent,
     ];
 
     /// Events one operation reads, for the gets (`big`: events of the big session).
