@@ -14,7 +14,14 @@ use crate::names::lock_keys;
 use crate::replaceable;
 
 /// Every migration in `migrations/` at the workspace root, compiled in.
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
+/// They are read through the crate's own `migrations` link to that folder,
+/// so the packaged crate carries them and builds outside the workspace.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Migration 000001's `up.sql`. The live-table conversion in
+/// adk-postgres-retention runs its `CREATE TABLE adk_events` verbatim, so
+/// a converted table is exactly what a fresh install creates.
+pub const CREATE_STORE_UP_SQL: &str = include_str!("../migrations/2026-11-01-000001_create_store/up.sql");
 
 /// Why migrating failed.
 #[derive(Debug, thiserror::Error)]

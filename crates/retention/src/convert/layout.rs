@@ -30,7 +30,7 @@ pub(super) const MIGRATIONS_TABLE: &str = "__diesel_schema_migrations";
 /// diesel's version of migration 2026-11-01-000001_create_store.
 pub(super) const BASELINE_VERSION: &str = "20261101000001";
 /// Migration 000001, whose `CREATE TABLE adk_events` the swap runs verbatim.
-const CREATE_STORE_SQL: &str = include_str!("../../../../migrations/2026-11-01-000001_create_store/up.sql");
+const CREATE_STORE_SQL: &str = adk_postgres_schema::migrations::CREATE_STORE_UP_SQL;
 /// The session-day default of migration 000001.
 pub(super) const SESSION_DAY_DEFAULT: &str = "((now() AT TIME ZONE 'UTC')::date)";
 
