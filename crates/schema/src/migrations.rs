@@ -112,6 +112,14 @@ async fn migrate(database_url: &str, mode: Mode) -> Result<Vec<String>, Migratio
         // is the session's, so it goes with the connection whatever fails.
         conn.batch_execute(&format!("SELECT pg_catalog.pg_advisory_lock({})", lock_keys::MIGRATION))
             .map_err(|e| MigrationError::Apply(format!("taking the migration lock: {e}")))?;
+        // A migration's DDL queues behind any long transaction on its table,
+        // and every create and append then queues behind the migration: on
+        // a live database that is an outage. Failing after a few seconds
+        // instead leaves the store serving, and the migrate can be retried.
+        // Set after the advisory lock, which may rightly wait for another
+        // service's whole migrate.
+        conn.batch_execute(&format!("SET lock_timeout = '{}'", replaceable::LOCK_TIMEOUT))
+            .map_err(|e| MigrationError::Apply(format!("setting lock_timeout: {e}")))?;
         if mode.create_citus {
             citus::create_extension(&mut conn)?;
         }

@@ -81,7 +81,7 @@ pub const SCHEMA_PLACEHOLDER: &str = ":\"store_schema\"";
 
 /// Bounds the wait for each function's lock: a replace waits for callers
 /// that hold it, and a deploy must not queue every caller behind it.
-const LOCK_TIMEOUT: &str = "5s";
+pub(crate) const LOCK_TIMEOUT: &str = "5s";
 
 /// The text an install runs on a database whose store lives in
 /// `quoted_schema` (already an identifier, quoted as needed), with the

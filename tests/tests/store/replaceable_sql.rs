@@ -251,6 +251,29 @@ async fn migrations_run_concurrently_take_turns() {
     assert_eq!(recorded, 1);
 }
 
+/// Migration 30 builds an index on `adk_sessions`; the database is left
+/// just before it, with a transaction holding that table, as a long
+/// report or a stuck session would on a live store.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_behind_a_held_lock_fails_in_seconds_and_a_retry_applies_it() {
+    let db = empty_database().await;
+    migrate_through(db.url(), "20261205000029").await;
+    let holder = client(db.url()).await;
+    holder.batch_execute("BEGIN; LOCK TABLE adk_sessions IN ACCESS EXCLUSIVE MODE").await.expect("hold the table");
+
+    // Far longer than the migrations' lock_timeout: without it the
+    // migrate would wait here for as long as the holder stays open.
+    let blocked = tokio::time::timeout(std::time::Duration::from_secs(60), run_pending_migrations(db.url()))
+        .await
+        .expect("the migrate waited on the lock instead of giving up");
+    let error = blocked.expect_err("the migrate ran behind a held lock").to_string();
+    assert!(error.contains("lock timeout"), "{error}");
+
+    holder.batch_execute("ROLLBACK").await.expect("release the table");
+    let applied = run_pending_migrations(db.url()).await.expect("the retried migrate");
+    assert_eq!(applied.first().map(String::as_str), Some("20261205000030"), "{applied:?}");
+}
+
 /// The words that would put a function's definition (or part of one) into
 /// a migration: a body, a body edited as text, or a setting of one.
 const FUNCTION_DEFINITIONS: [&str; 5] = [
