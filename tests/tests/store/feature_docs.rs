@@ -499,6 +499,74 @@ fn the_readme_fits_on_a_page() {
     );
 }
 
+/// Every version of each package in Cargo.lock, by name: the versions the
+/// workspace builds and tests, its own crates included.
+fn locked_versions(lock: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut versions: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(value) = line.strip_prefix("name = ") {
+            name = Some(value.trim_matches('"').to_owned());
+        } else if let (Some(value), Some(package)) = (line.strip_prefix("version = "), name.take()) {
+            versions.entry(package).or_default().push(value.trim_matches('"').to_owned());
+        }
+    }
+    versions
+}
+
+/// The `name@requirement` arguments of the README's `cargo add` lines.
+fn cargo_add_requirements(readme: &str) -> Vec<(String, String)> {
+    readme
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("cargo add "))
+        .flat_map(str::split_whitespace)
+        .filter(|argument| !argument.starts_with('-'))
+        .map(|argument| match argument.split_once('@') {
+            Some((name, requirement)) => (name.to_owned(), requirement.to_owned()),
+            None => (argument.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+/// What a user copies from the README resolves to what this workspace
+/// builds: a release that moves our version, or a move to another
+/// adk-rust minor version, fails here until the README follows it.
+#[test]
+fn the_readmes_cargo_add_lines_name_the_current_versions() {
+    let root = workspace_root();
+    let readme = read(&root, std::path::Path::new("README.md"));
+    let locked = locked_versions(&read(&root, std::path::Path::new("Cargo.lock")));
+    let named = cargo_add_requirements(&readme);
+    for needed in ["adk-postgres-adk", "adk-core", "adk-runner", "adk-session"] {
+        assert!(
+            named.iter().any(|(name, _)| name == needed),
+            "the README's `cargo add` lines lack {needed}: {named:?}"
+        );
+    }
+    for (name, requirement) in &named {
+        assert!(!requirement.is_empty(), "the README adds {name} without a version");
+        let versions = locked.get(name).unwrap_or_else(|| panic!("the README adds {name}, which Cargo.lock lacks"));
+        assert!(
+            versions.iter().any(|version| version == requirement || version.starts_with(&format!("{requirement}."))),
+            "the README adds {name}@{requirement}, the workspace builds {versions:?}"
+        );
+    }
+    assert_eq!(
+        locked["adk-postgres-adk"],
+        [env!("CARGO_PKG_VERSION")],
+        "the adapter is released with the workspace's version"
+    );
+}
+
+#[test]
+fn a_cargo_add_requirement_is_read_as_a_prefix_of_the_locked_version() {
+    let readme = "```sh\ncargo add a@0.1 b@2.3\ncargo add c@2 --no-default-features\n```\ncargo add-on\n";
+    let expected = [("a", "0.1"), ("b", "2.3"), ("c", "2")].map(|(n, r)| (n.to_owned(), r.to_owned()));
+    assert_eq!(cargo_add_requirements(readme), expected);
+    let lock = "[[package]]\nname = \"a\"\nversion = \"0.1.0\"\n\n[[package]]\nname = \"a\"\nversion = \"0.2.1\"\n";
+    assert_eq!(locked_versions(lock)["a"], ["0.1.0", "0.2.1"]);
+}
+
 #[test]
 fn every_link_in_the_docs_resolves() {
     let root = workspace_root();
