@@ -42,3 +42,55 @@ fn children_cpu() -> Option<Duration> {
     let per_second = rustix::param::clock_ticks_per_second().max(1);
     Some(Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / per_second))
 }
+
+/// The share of one core the bench process burns while it has nothing to
+/// do: sampled over `window` of sleep before a timed section. Every
+/// figure of client CPU counts all the process's threads, so work left
+/// running by an earlier section (a task never stopped, a pool's
+/// housekeeping) shows up here instead of being charged to the next
+/// operation unseen.
+pub async fn idle_share(window: Duration) -> f64 {
+    let before = CpuClock::now();
+    tokio::time::sleep(window).await;
+    CpuClock::now().own_since(&before).as_secs_f64() / window.as_secs_f64()
+}
+
+/// CPU time the whole machine spent busy (every core: user, nice, system,
+/// irq, softirq and steal of `/proc/stat`), so that what ran beside the
+/// bench during a section can be told apart from what the bench did.
+#[derive(Debug, Clone, Copy)]
+pub struct MachineClock {
+    busy: Duration,
+    process: Duration,
+    at: std::time::Instant,
+}
+
+impl MachineClock {
+    pub fn now() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let fields: Vec<u64> =
+            stat.lines().next()?.split_whitespace().skip(1).map_while(|field| field.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal: all but idle and iowait.
+        let ticks: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum();
+        let per_second = rustix::param::clock_ticks_per_second().max(1);
+        Some(Self {
+            busy: Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / per_second),
+            process: CpuClock::now().own,
+            at: std::time::Instant::now(),
+        })
+    }
+
+    /// Cores kept busy by everything but the bench process since
+    /// `earlier`, on average: the server answering it, and whatever else
+    /// the machine ran. Clock-tick resolution, so only for sections of a
+    /// second or more.
+    pub fn others_since(&self, earlier: &MachineClock) -> f64 {
+        let wall = self.at.duration_since(earlier.at).as_secs_f64();
+        if wall <= 0.0 {
+            return 0.0;
+        }
+        let busy = self.busy.saturating_sub(earlier.busy).as_secs_f64();
+        let process = self.process.saturating_sub(earlier.process).as_secs_f64();
+        (busy - process).max(0.0) / wall
+    }
+}

@@ -34,7 +34,7 @@ use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 use serde::Serialize;
 
-use crate::cpu::CpuClock;
+use crate::cpu::{CpuClock, MachineClock};
 use crate::driver::{Driver, Peer, pool_config};
 use crate::measure::{Latency, Sample};
 use crate::ops::{self, Op};
@@ -247,6 +247,7 @@ pub async fn measure(server: &Server, today: NaiveDate, plan: ReadsPlan) -> anyh
 
     let readers: Vec<Reader> = Reader::ALL.into_iter().filter(|r| drivers.contains_key(r)).collect();
     let mut samples: BTreeMap<(Op, Reader), Sample> = BTreeMap::new();
+    let rounds_began = MachineClock::now();
     for round in 0..plan.rounds {
         let order = order(&readers, round);
         let names: Vec<&str> = order.iter().map(|r| r.label()).collect();
@@ -261,6 +262,16 @@ pub async fn measure(server: &Server, today: NaiveDate, plan: ReadsPlan) -> anyh
                 samples.entry((op, reader)).or_default().merge(&sample);
             }
         }
+    }
+
+    if let (Some(began), Some(ended)) = (rounds_began, MachineClock::now()) {
+        // The full run notes the same figure over its reads, to compare.
+        let note = format!(
+            "reads: beside the bench process, {:.2} cores were busy on average (the server answering it included)",
+            ended.others_since(&began)
+        );
+        log(&note);
+        notes.push(note);
     }
 
     let sql = connect(server.admin_url()).await?;

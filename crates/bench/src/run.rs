@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use adk_postgres_retention::{MaintenanceConfig, run_maintenance};
 use adk_postgres_storage::tenancy::{AppBinding, ServiceRoleOptions, setup_service_role};
@@ -20,7 +20,7 @@ use adk_postgres_storage::{PgSessionStore, TenantScope};
 use adk_postgres_testing::WireProxy;
 use adk_session::SessionService;
 
-use crate::cpu::CpuClock;
+use crate::cpu::{CpuClock, MachineClock};
 use crate::crowd::{self, CrowdResult};
 use crate::driver::{Driver, Peer, pool_config};
 use crate::floor::{self, BoundEvent, Flavor, Pgbench, Protocol, SessionCoordinates, Spread};
@@ -223,7 +223,20 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     bench.appends().await?;
     let hot = bench.hot_ratios().await?;
     let coordinates = bench.setup_reads().await?;
+    bench.settle().await?;
+    let idle = crate::cpu::idle_share(Duration::from_secs(3)).await;
+    let reads_began = MachineClock::now();
     bench.reads(&coordinates).await?;
+    if let (Some(began), Some(ended)) = (reads_began, MachineClock::now()) {
+        let note = format!(
+            "reads: beside the bench process, {:.2} cores were busy on average (the server answering it included); \
+             the bench process idle just before: {:.1}% of a core",
+            ended.others_since(&began),
+            idle * 100.0
+        );
+        log(&note);
+        bench.notes.push(note);
+    }
     let peer_connections = bench.peer_connections().await?;
     let protocol = bench.statement_protocols(&coordinates).await?;
     let tls = bench.tls_leg(today).await?;
@@ -628,6 +641,41 @@ impl Bench {
         Ok(targets)
     }
 
+    /// Leaves the server nothing of the write workloads to finish before
+    /// the reads are timed. Creates and appends leave dead tuples and dirty
+    /// pages behind, and autovacuum or a checkpoint working them off
+    /// during the reads would take the CPU the reads are measured on: on
+    /// two cores, a busy neighbour makes every operation cost more CPU
+    /// time, for all implementations alike. The reads-only section
+    /// (`--reads`) writes little before it measures, so it needs none.
+    async fn settle(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let databases: std::collections::BTreeSet<&String> = self.urls.values().collect();
+        for url in databases {
+            connect(url).await?.batch_execute("VACUUM (ANALYZE)").await?;
+        }
+        let admin = connect(self.server.admin_url()).await?;
+        if let Err(error) = admin.batch_execute("CHECKPOINT").await {
+            log(format!("settling before the reads: no CHECKPOINT ({error})"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let workers: i64 = admin
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'", &[])
+                .await?
+                .get(0);
+            if workers == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        log(format!(
+            "settled before the reads: VACUUM (ANALYZE), CHECKPOINT, no autovacuum, {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
     async fn reads(&mut self, targets: &BTreeMap<Peer, ReadTargets>) -> anyhow::Result<()> {
         let big = self.plan.big_session_events;
         let small_reads = self.plan.small_reads;
@@ -893,7 +941,7 @@ impl Bench {
     /// pool (16 connections), as the bound service role acting per request,
     /// at each crowd size; adk-session at the smallest.
     async fn crowd(&mut self) -> anyhow::Result<Vec<CrowdResult>> {
-        let duration = std::time::Duration::from_secs(self.plan.crowd_secs);
+        let duration = Duration::from_secs(self.plan.crowd_secs);
         let largest = self.plan.crowd_writers.iter().copied().max().unwrap_or(0);
         let smallest = self.plan.crowd_writers.iter().copied().min().unwrap_or(0);
         let mut results = Vec::new();
