@@ -35,7 +35,8 @@ pub enum SslMode {
     Disable,
     /// Plaintext first; TLS when the server refuses plaintext.
     Allow,
-    /// TLS first; plaintext when the TLS connection fails. The default.
+    /// TLS first; plaintext when the server does not offer TLS or the TLS
+    /// connection fails. The default.
     #[default]
     Prefer,
     /// TLS or nothing; the chain is checked only when there are roots

@@ -18,7 +18,8 @@ pub enum DashboardError {
         /// The address asked for.
         listen: SocketAddr,
     },
-    /// A [`ServeConfig`](crate::ServeConfig) value is out of range.
+    /// A [`ServeConfig`](crate::ServeConfig) value is missing, empty or out
+    /// of range; the message says which.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
     /// The address could not be bound: in use, or not this host's.

@@ -29,7 +29,7 @@ pub struct Session {
     /// When the session last changed: created, appended to, rewound or
     /// closed. Metadata edits do not move it.
     pub last_update_time: DateTime<Utc>,
-    /// When it was created; its UTC day is the event partition it lives in.
+    /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it expires and reads stop finding it; `None` means never.
     pub expires_at: Option<DateTime<Utc>>,

@@ -9,7 +9,7 @@ pub enum OperationsError {
     /// The database could not be reached or refused the connection.
     #[error("could not connect: {0}")]
     Connect(#[from] diesel::ConnectionError),
-    /// A statement failed for a reason other than a lock wait.
+    /// A statement failed; `context` says what it was doing.
     #[error("{context}: {source}")]
     Query {
         /// What the statement was doing, or the DDL statement itself.

@@ -346,7 +346,7 @@ impl UsageFigures {
 pub struct UsagePoint {
     /// The point's start, UTC.
     pub start: DateTime<Utc>,
-    /// What happened from `start` for one resolution.
+    /// The figures of the bucket that starts at `start`.
     #[serde(flatten)]
     pub figures: UsageFigures,
 }

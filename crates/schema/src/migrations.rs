@@ -35,8 +35,9 @@ pub enum MigrationError {
     /// making the policy's event partitions failed; the message says which.
     #[error("migration failed: {0}")]
     Apply(String),
-    /// Installing or dropping the store's SQL functions (`crates/schema/sql`)
-    /// failed after the migrations were applied; the message names the step.
+    /// Installing the store's SQL functions (`crates/schema/sql`) after a
+    /// migrate, or dropping them after a revert, failed; the message names
+    /// the step.
     #[error("installing the store's functions (crates/schema/sql) failed: {0}")]
     Replaceable(String),
     /// Creating the `citus` extension, distributing the store's tables and

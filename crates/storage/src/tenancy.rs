@@ -209,7 +209,7 @@ pub struct BindingChange {
     /// When the change's transaction started.
     #[diesel(sql_type = Timestamptz)]
     pub changed_at: DateTime<Utc>,
-    /// The role that made the change.
+    /// The login role (`session_user`) that made the change.
     #[diesel(sql_type = Text)]
     pub changed_by: String,
     /// `None`: the every-app binding.
