@@ -33,6 +33,8 @@
 //! model for tests and demos that drive a real `Runner`; it is small,
 //! depends on adk-core only, and stays out of a production build.
 
+#![warn(missing_docs)]
+
 mod error;
 mod event;
 mod event_json;

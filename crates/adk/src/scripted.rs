@@ -22,7 +22,12 @@ pub enum ScriptedTurn {
     Text(String),
     /// A call of the tool `name` with `args`; the agent runs the tool and
     /// asks the model again with the tool's response in the history.
-    CallTool { name: String, args: Value },
+    CallTool {
+        /// The tool's name.
+        name: String,
+        /// Its arguments, as JSON.
+        args: Value,
+    },
 }
 
 type Script = dyn Fn(&LlmRequest) -> ScriptedTurn + Send + Sync;

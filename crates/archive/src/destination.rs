@@ -22,6 +22,7 @@ use crate::ArchiveError;
 pub struct Destination {
     /// The URL as the policy holds it (no secret is ever part of it).
     pub url: String,
+    /// The opened store: a local directory, or S3.
     pub store: Arc<dyn ObjectStore>,
     /// Every key of this archive starts with it.
     pub prefix: Path,
@@ -42,6 +43,7 @@ pub struct StoreOptions {
 }
 
 impl StoreOptions {
+    /// Settings from `(name, value)` pairs.
     pub fn new<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
         Self {
             settings: pairs.into_iter().map(|(k, v)| (k.into(), adk_postgres_storage::Secret::new(v.into()))).collect(),

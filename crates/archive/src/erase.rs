@@ -47,7 +47,9 @@ pub struct ArchiveErasure {
     pub rewritten: usize,
     /// Media objects rewritten to what the remaining events still name.
     pub media_rewritten: usize,
+    /// The user's rows removed from archived objects.
     pub archived_rows_removed: i64,
+    /// The user's rows removed from restored copies in the database.
     pub restored_rows_removed: i64,
 }
 

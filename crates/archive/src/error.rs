@@ -8,44 +8,85 @@ use adk_postgres_operations::OperationsError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ArchiveError {
+    /// An argument was refused before anything was written.
     #[error("invalid {field}: {reason}")]
-    InvalidInput { field: &'static str, reason: String },
+    InvalidInput {
+        /// The argument at fault, such as `archive_url` or `schema`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The destination URL could not be turned into a store.
     #[error("archive destination {url}: {reason}")]
-    Destination { url: String, reason: String },
+    Destination {
+        /// The destination URL.
+        url: String,
+        /// Why it could not be opened.
+        reason: String,
+    },
     /// Writing or reading an object failed; the day stays in the database.
     #[error("object {key}: {source}")]
     Storage {
+        /// The object's key within the store.
         key: String,
+        /// object_store's error.
         #[source]
         source: object_store::Error,
     },
     /// The disk or the bucket has no room (ENOSPC, EDQUOT, EFBIG, or an S3
     /// quota reply); the day stays in the database.
     #[error("object {key}: the archive's storage is full: {reason}")]
-    StorageFull { key: String, reason: String },
+    StorageFull {
+        /// The object's key within the store.
+        key: String,
+        /// The store's words.
+        reason: String,
+    },
     /// An object read back does not match what was written or recorded.
     #[error("object {key} does not verify: {reason}")]
-    Unverified { key: String, reason: String },
+    Unverified {
+        /// The object's key within the store.
+        key: String,
+        /// What differs.
+        reason: String,
+    },
+    /// Writing or reading an object's Parquet failed.
     #[error("object {key}: parquet: {source}")]
     Parquet {
+        /// The object's key within the store.
         key: String,
+        /// The Parquet library's error.
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// Building or filtering Arrow batches failed, or a batch lacks a
+    /// column the format has.
     #[error("{context}: {source}")]
     Arrow {
+        /// What was being done.
         context: String,
+        /// Arrow's error.
         #[source]
         source: arrow_schema::ArrowError,
     },
     /// Nothing is archived for what was asked.
     #[error("nothing archived for app {app} on {day}")]
-    NotArchived { app: String, day: chrono::NaiveDate },
+    NotArchived {
+        /// The app.
+        app: String,
+        /// The day (UTC).
+        day: chrono::NaiveDate,
+    },
     /// The operation is the store owner's: restoring, erasing and archiving
     /// read and write every app's objects.
     #[error("{what} needs the store's owner; role {role} is not")]
-    NotOwner { what: &'static str, role: String },
+    NotOwner {
+        /// The operation refused.
+        what: &'static str,
+        /// The role that asked.
+        role: String,
+    },
+    /// Connecting or a statement failed, or the database is not migrated.
     #[error(transparent)]
     Operations(#[from] OperationsError),
 }

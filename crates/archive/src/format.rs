@@ -32,33 +32,48 @@ pub const FORMAT_VERSION: i32 = 1;
 /// One archived event, with its session's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedEvent {
+    /// The app.
     pub app_name: String,
+    /// The user.
     pub user_id: String,
+    /// The session.
     pub session_id: String,
+    /// The session's day (UTC), the partition the event was in.
     pub session_day: NaiveDate,
+    /// The event's position in its session, from 1.
     pub seq: i64,
+    /// The event's id.
     pub event_id: String,
+    /// The invocation that produced it, when the log names one.
     pub invocation_id: Option<String>,
+    /// `user` or the agent's name.
     pub author: String,
     /// Nanoseconds since the epoch, as the log holds them.
     pub event_ts: i64,
+    /// When the event arrived in the log.
     pub created_at: DateTime<Utc>,
     /// The stored event, JSON text.
     pub payload: String,
     /// Hex SHA-256 of each piece of media the event names, in its order.
     pub blob_refs: Option<Vec<String>>,
+    /// The session's display name; `None` when it has none or the session
+    /// row is gone.
     pub session_display_name: Option<String>,
-    /// JSON text of the session's labels.
+    /// JSON text of the session's labels; `None` when the session row is
+    /// gone.
     pub session_labels: Option<String>,
+    /// When the session was created; `None` when the session row is gone.
     pub session_created_at: Option<DateTime<Utc>>,
 }
 
 /// One piece of media, as `adk_blobs` holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedBlob {
+    /// The app whose events name it.
     pub app_name: String,
     /// Hex SHA-256 of `data`.
     pub sha256: String,
+    /// The media's raw bytes.
     pub data: Vec<u8>,
 }
 

@@ -17,6 +17,8 @@
 //! connection and errors, the schema crate for names, and the store only
 //! for the catalog's listing function, which service roles call too.
 
+#![warn(missing_docs)]
+
 mod destination;
 mod erase;
 mod error;

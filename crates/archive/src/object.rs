@@ -37,8 +37,11 @@ use crate::ArchiveError;
 pub struct WrittenObject {
     /// The key within the store.
     pub key: String,
+    /// Its number among the parts of its day and kind, from 0.
     pub part: i32,
+    /// Rows it holds.
     pub rows: i64,
+    /// Its size in bytes.
     pub bytes: i64,
     /// SHA-256 of the object's bytes.
     pub sha256: Vec<u8>,

@@ -23,11 +23,13 @@ pub struct ArchivePolicy {
     /// `None`: every app's events; else only these apps'.
     #[diesel(sql_type = Nullable<Array<Text>>)]
     pub apps: Option<Vec<String>>,
+    /// The archive format new objects are written in.
     #[diesel(sql_type = Integer)]
     pub format_version: i32,
 }
 
 impl ArchivePolicy {
+    /// Whether archiving is on: a destination is set.
     pub fn is_on(&self) -> bool {
         self.url.is_some()
     }
@@ -56,7 +58,12 @@ pub enum ArchiveSetting {
     /// Stop archiving: days past retention are dropped unarchived again.
     Off,
     /// Archive to `url`, every app (`apps: None`) or the apps named.
-    On { url: String, apps: Option<Vec<String>> },
+    On {
+        /// The destination: `file:///…` or `s3://bucket/prefix`.
+        url: String,
+        /// The apps to archive; `None` archives every app.
+        apps: Option<Vec<String>>,
+    },
 }
 
 /// The archive policy in force.

@@ -26,11 +26,17 @@ pub const DEFAULT_RESTORE_SCHEMA: &str = "adk_restored";
 /// What a restore loaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
+    /// The schema the day was loaded into.
     pub schema: String,
+    /// The app.
     pub app_name: String,
+    /// The day (UTC).
     pub day: NaiveDate,
+    /// Events loaded.
     pub events: i64,
+    /// Pieces of media loaded.
     pub media: i64,
+    /// Objects read.
     pub objects: usize,
 }
 

@@ -26,6 +26,7 @@ pub async fn list_archive(
 /// One object read back against its catalog row.
 #[derive(Debug, Clone, Serialize)]
 pub struct ObjectCheck {
+    /// The object's catalog row.
     pub object: ArchivedObject,
     /// `None` when it verified; else why not.
     pub problem: Option<String>,

@@ -33,10 +33,15 @@ use adk_postgres_operations::first_row;
 /// What archiving one app's day came to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DayArchived {
+    /// The app.
     pub app_name: String,
+    /// The day (UTC).
     pub day: NaiveDate,
+    /// Events the archive holds for the app's day.
     pub events: i64,
+    /// Objects it consists of, media included.
     pub objects: usize,
+    /// Their bytes in all.
     pub bytes: i64,
     /// True when an earlier run had archived it and this one read it back.
     pub already_archived: bool,

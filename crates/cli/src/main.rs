@@ -7,6 +7,8 @@
 //! Exit codes: 0 success, 1 failure, 2 `status` found something to alert
 //! on, or a single `rollup` run could not advance past in-flight writers.
 
+#![warn(missing_docs)]
+
 mod args;
 mod render;
 mod sessions;

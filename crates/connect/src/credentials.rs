@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a password or token so it is never printed.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
@@ -37,20 +38,25 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct CredentialError {
+    /// What went wrong, without the secret.
     pub message: String,
 }
 
 impl CredentialError {
+    /// An error with this message, which must not hold the secret.
     pub fn new(message: impl Into<String>) -> Self {
         Self { message: message.into() }
     }
 }
 
+/// What [`PasswordProvider::password`] returns: the password, or why
+/// there is none.
 pub type PasswordFuture = Pin<Box<dyn Future<Output = Result<Secret, CredentialError>> + Send>>;
 
 /// Asked for the password each time a connection is opened (never while a
 /// statement waits: pools open connections ahead of need).
 pub trait PasswordProvider: Send + Sync + 'static {
+    /// The password for the connection being opened now.
     fn password(&self) -> PasswordFuture;
 }
 

@@ -13,7 +13,10 @@ pub enum TlsFailure {
     /// The server's certificate is past its end date (or before its start).
     Expired,
     /// `verify-full`: the certificate does not name the host connected to.
-    WrongHost { host: String },
+    WrongHost {
+        /// The host name the certificate was checked against.
+        host: String,
+    },
     /// `require` or stronger, but the server does not offer TLS.
     NotOffered,
     /// The server refused our client certificate, or asked for one we lack.
@@ -43,24 +46,53 @@ impl std::fmt::Display for TlsFailure {
 pub enum ConnectError {
     /// A parameter of the connection string (or its `PG*` variable) is wrong.
     #[error("invalid connection parameter {parameter}: {reason}")]
-    InvalidUrl { parameter: String, reason: String },
+    InvalidUrl {
+        /// The parameter's libpq name, such as `sslmode`.
+        parameter: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// A TLS file (`sslrootcert`, `sslcert`, `sslkey`) could not be used.
     #[error("{parameter} {path}: {reason}")]
-    TlsFile { parameter: &'static str, path: String, reason: String },
+    TlsFile {
+        /// `sslrootcert`, `sslcert` or `sslkey`.
+        parameter: &'static str,
+        /// The file, as given or found by default.
+        path: String,
+        /// Why it could not be read or used.
+        reason: String,
+    },
     /// The TLS handshake or certificate check failed; never retried in
     /// plaintext when a verify mode was asked for.
     #[error("TLS to {target}: {reason}: {detail}")]
-    Tls { target: String, reason: TlsFailure, detail: String },
+    Tls {
+        /// The connection string, password redacted.
+        target: String,
+        /// What was refused, in libpq's terms.
+        reason: TlsFailure,
+        /// rustls' own description.
+        detail: String,
+    },
     /// The password provider failed; worth retrying.
     #[error("the password provider failed: {message}")]
-    Credentials { message: String },
+    Credentials {
+        /// The provider's message.
+        message: String,
+    },
     /// No answer within the connect bound.
     #[error("no connection to {target} within {bound:?}")]
-    Timeout { target: String, bound: Duration },
+    Timeout {
+        /// The connection string, password redacted.
+        target: String,
+        /// The bound that passed: one connect timeout per host tried.
+        bound: Duration,
+    },
     /// The server could not be reached, or closed the connection.
     #[error("could not reach {target}: {}", with_causes(.source))]
     Unreachable {
+        /// The connection string, password redacted.
         target: String,
+        /// The driver's error.
         #[source]
         source: tokio_postgres::Error,
     },
@@ -70,16 +102,24 @@ pub enum ConnectError {
         "{target} goes through a connection pooler (PgBouncer or the like), and this needs a session of its own: \
          give it a direct URL to the server"
     )]
-    ThroughPooler { target: String },
+    ThroughPooler {
+        /// The connection string, password redacted.
+        target: String,
+    },
     /// The connection was closed, by the server or after a failure.
     #[error("the connection to {target} is closed")]
-    Closed { target: String },
+    Closed {
+        /// The connection string, password redacted.
+        target: String,
+    },
     /// The server (or a pooler in front of it) refused us: authentication,
     /// `pg_hba.conf`, a missing database, too many connections, or a
     /// server that is starting or shutting down.
     #[error("{target} refused the connection: {}", refusal(.source))]
     Refused {
+        /// The connection string, password redacted.
         target: String,
+        /// The driver's error, carrying the server's SQLSTATE and message.
         #[source]
         source: tokio_postgres::Error,
     },

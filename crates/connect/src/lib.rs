@@ -30,6 +30,8 @@
 //! It depends on no other crate of the workspace and knows nothing of the
 //! store's tables.
 
+#![warn(missing_docs)]
+
 mod conninfo;
 mod credentials;
 mod error;

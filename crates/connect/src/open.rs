@@ -21,7 +21,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// connection idle in a pool through a partition is found dead within
 /// half a minute (idle + interval × retries), long enough to cost nothing.
 pub const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(10);
+/// Time between unanswered keepalive probes.
 pub const DEFAULT_KEEPALIVES_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes after which the kernel drops the connection.
 pub const DEFAULT_KEEPALIVES_RETRIES: u32 = 3;
 /// How long sent data may stay unacknowledged before the kernel drops the
 /// connection: under the store's 30 s operation bound, so a silent peer
@@ -76,7 +78,9 @@ impl std::fmt::Debug for ConnectConfig {
 
 /// A new connection: the client, and the connection to drive.
 pub struct Connected {
+    /// Sends statements; works only while `connection` is polled.
     pub client: Client,
+    /// The I/O half, to be spawned on the runtime.
     pub connection: PgConnection,
     /// Whether the server settings went in the startup packet; `false`
     /// when a pooler refused startup options.
@@ -180,6 +184,7 @@ impl ConnectConfig {
         self
     }
 
+    /// The client-side bound on one connect attempt per host.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
@@ -191,6 +196,8 @@ impl ConnectConfig {
         self.connect_timeout.saturating_mul(hosts)
     }
 
+    /// The `sslmode` in effect: the string's, else `verify-full` with
+    /// `sslrootcert=system`, else `prefer`.
     pub fn ssl_mode(&self) -> SslMode {
         self.tls.mode
     }
@@ -200,10 +207,13 @@ impl ConnectConfig {
         &self.redacted
     }
 
+    /// The database to connect to; `None` means PostgreSQL's default, the
+    /// database named like the user.
     pub fn database(&self) -> Option<&str> {
         self.driver.get_dbname()
     }
 
+    /// The role to log in as (the string's, `PGUSER`, else the OS user).
     pub fn user(&self) -> Option<&str> {
         self.driver.get_user()
     }

@@ -31,12 +31,20 @@ use crate::error::{ConnectError, TlsFailure};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 #[non_exhaustive]
 pub enum SslMode {
+    /// Plaintext only.
     Disable,
+    /// Plaintext first; TLS when the server refuses plaintext.
     Allow,
+    /// TLS first; plaintext when the server does not offer TLS or the TLS
+    /// connection fails. The default.
     #[default]
     Prefer,
+    /// TLS or nothing; the chain is checked only when there are roots
+    /// (`sslrootcert`, or `~/.postgresql/root.crt`).
     Require,
+    /// TLS, with the server's chain checked against `sslrootcert`.
     VerifyCa,
+    /// `verify-ca`, and the certificate must name the host connected to.
     VerifyFull,
 }
 
@@ -58,6 +66,7 @@ impl SslMode {
         })
     }
 
+    /// The mode as libpq spells it, such as `verify-full`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Disable => "disable",

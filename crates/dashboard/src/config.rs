@@ -23,6 +23,7 @@ pub struct ServeConfig {
     /// The store's database, connected to as its owner (as `adk-pg status`
     /// is): the policy and the run tables are not granted to service roles.
     pub database_url: String,
+    /// The address and port to serve on.
     pub listen: SocketAddr,
     /// When set, every endpoint but `/healthz` wants `Authorization:
     /// Bearer <token>`. Required for a non-loopback address.

@@ -14,15 +14,24 @@ pub enum DashboardError {
          address such as 127.0.0.1",
         var = crate::config::TOKEN_VAR
     )]
-    TokenRequired { listen: SocketAddr },
+    TokenRequired {
+        /// The address asked for.
+        listen: SocketAddr,
+    },
+    /// A [`ServeConfig`](crate::ServeConfig) value is missing, empty or out
+    /// of range; the message says which.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The address could not be bound: in use, or not this host's.
     #[error("could not listen on {listen}: {source}")]
     Bind {
+        /// The address asked for.
         listen: SocketAddr,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The server stopped on an I/O error after it started.
     #[error("the server failed: {0}")]
     Serve(#[source] std::io::Error),
 }

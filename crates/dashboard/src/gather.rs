@@ -57,15 +57,19 @@ pub struct ScopeSizes {
     /// `session`, `user` or `app`.
     #[diesel(sql_type = Text)]
     pub scope: String,
-    /// Rows measured (at most [`SIZE_SAMPLE`]).
+    /// Rows measured: at most the first 100,000 read.
     #[diesel(sql_type = BigInt)]
     pub rows: i64,
+    /// Median size; `None` when there are no rows.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub p50: Option<i64>,
+    /// 90th percentile; `None` when there are no rows.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub p90: Option<i64>,
+    /// 99th percentile; `None` when there are no rows.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub p99: Option<i64>,
+    /// Largest; `None` when there are no rows.
     #[diesel(sql_type = Nullable<BigInt>)]
     pub max: Option<i64>,
 }
@@ -73,8 +77,10 @@ pub struct ScopeSizes {
 /// Late rejections of one app, for today's arrivals.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
 pub struct LateToday {
+    /// The app.
     #[diesel(sql_type = Text)]
     pub app: String,
+    /// Its events arriving today that were rejected as late.
     #[diesel(sql_type = BigInt)]
     pub rejected: i64,
 }
@@ -89,40 +95,56 @@ pub struct OpsSnapshot {
     /// Set when no connection could be opened; every section then carries
     /// the same error.
     pub unreachable: Option<SectionError>,
+    /// What `adk-pg status` reports, alerts included.
     pub health: Section<HealthReport>,
+    /// The event partitions attached, oldest first.
     pub partitions: Section<Vec<Partition>>,
+    /// Sessions by what they can still do.
     pub sessions: Section<SessionCounts>,
+    /// State sizes of each scope.
     pub state_sizes: Section<Vec<ScopeSizes>>,
     /// Every app with late rejections among today's arrivals; empty before
     /// the usage rollups are installed.
     pub late_today: Section<Vec<LateToday>>,
     /// When the last successful rollup run finished; `None` before one.
     pub last_rollup_ok: Section<Option<DateTime<Utc>>>,
+    /// Whether the schema has its migrations.
     pub migrations: Section<MigrationStatus>,
+    /// The thresholds health was judged by.
     pub thresholds: HealthThresholds,
 }
 
 /// One maintenance run, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
 pub struct MaintenanceRun {
+    /// The run's number in `adk_maintenance_runs`.
     #[diesel(sql_type = BigInt)]
     pub run_id: i64,
+    /// When it started.
     #[diesel(sql_type = Timestamptz)]
     pub started_at: DateTime<Utc>,
+    /// When it ended.
     #[diesel(sql_type = Timestamptz)]
     pub finished_at: DateTime<Utc>,
+    /// The day (UTC) it worked for.
     #[diesel(sql_type = Date)]
     pub today: NaiveDate,
+    /// `ok` or `failed`.
     #[diesel(sql_type = Text)]
     pub outcome: String,
+    /// Why it failed; `None` unless it did.
     #[diesel(sql_type = Nullable<Text>)]
     pub error: Option<String>,
+    /// Partitions it created.
     #[diesel(sql_type = Integer)]
     pub created: i32,
+    /// Partitions it dropped.
     #[diesel(sql_type = Integer)]
     pub dropped: i32,
+    /// Session rows of dropped days it deleted.
     #[diesel(sql_type = BigInt)]
     pub sessions_deleted: i64,
+    /// Consecutive days after `today` with a partition, after the run.
     #[diesel(sql_type = Integer)]
     pub partitions_ahead: i32,
 }
@@ -130,22 +152,32 @@ pub struct MaintenanceRun {
 /// One rollup run, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
 pub struct RollupRun {
+    /// The run's number in `adk_usage_runs`.
     #[diesel(sql_type = BigInt)]
     pub run_id: i64,
+    /// When it started.
     #[diesel(sql_type = Timestamptz)]
     pub started_at: DateTime<Utc>,
+    /// When it ended.
     #[diesel(sql_type = Timestamptz)]
     pub finished_at: DateTime<Utc>,
+    /// `ok`, `failed` or `waiting` (writers outlived its wait; it did not
+    /// advance).
     #[diesel(sql_type = Text)]
     pub outcome: String,
+    /// Why it failed; `None` unless it did.
     #[diesel(sql_type = Nullable<Text>)]
     pub error: Option<String>,
+    /// Events that arrived in its window.
     #[diesel(sql_type = BigInt)]
     pub events_read: i64,
+    /// Of those, events merged into minute rows.
     #[diesel(sql_type = BigInt)]
     pub events_rolled: i64,
+    /// Events counted as late instead.
     #[diesel(sql_type = BigInt)]
     pub late_rejected: i64,
+    /// Minute buckets it wrote.
     #[diesel(sql_type = Integer)]
     pub minute_buckets: i32,
 }
@@ -153,17 +185,22 @@ pub struct RollupRun {
 /// The latest runs of maintenance and of the rollups.
 #[derive(Debug, Clone)]
 pub struct History {
+    /// The latest maintenance runs, newest first.
     pub maintenance: Section<Vec<MaintenanceRun>>,
+    /// The latest rollup runs, newest first.
     pub rollups: Section<Vec<RollupRun>>,
 }
 
 /// An app's traffic in the window, for the picker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
 pub struct AppTotal {
+    /// The app.
     #[diesel(sql_type = Text)]
     pub app: String,
+    /// Its events on the window's days (whole UTC days).
     #[diesel(sql_type = BigInt)]
     pub events: i64,
+    /// Its total tokens on those days.
     #[diesel(sql_type = BigInt)]
     pub tokens: i64,
 }
@@ -171,7 +208,9 @@ pub struct AppTotal {
 /// The usage section: the apps of the window and the chosen app's figures.
 #[derive(Debug, Clone)]
 pub struct UsageView {
+    /// The window's start.
     pub since: DateTime<Utc>,
+    /// The window's end (exclusive).
     pub until: DateTime<Utc>,
     /// Apps with rollups in the window, busiest first.
     pub apps: Section<Vec<AppTotal>>,

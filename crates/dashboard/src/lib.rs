@@ -24,6 +24,8 @@
 //! exactly the rules `adk-pg status` uses and its charts are routed like
 //! `adk-pg usage`. `docs/ARCHITECTURE.md` places it among the other crates.
 
+#![warn(missing_docs)]
+
 mod config;
 mod db;
 mod error;

@@ -88,6 +88,7 @@ impl Server {
         Ok(Self { listener, router })
     }
 
+    /// The address bound: the port chosen when the config asked for 0.
     pub fn local_addr(&self) -> Result<SocketAddr, DashboardError> {
         self.listener.local_addr().map_err(DashboardError::Serve)
     }

@@ -10,15 +10,21 @@ use chrono::Duration;
 /// The windows the picker offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageWindow {
+    /// The last hour.
     Hour,
+    /// The last 24 hours.
     Day,
+    /// The last 7 days.
     Week,
+    /// The last 30 days.
     Month,
 }
 
 impl UsageWindow {
+    /// Every window, shortest first, as the picker lists them.
     pub const ALL: [UsageWindow; 4] = [UsageWindow::Hour, UsageWindow::Day, UsageWindow::Week, UsageWindow::Month];
 
+    /// Its `window=` value in the URL, such as `7d`.
     pub fn param(self) -> &'static str {
         match self {
             UsageWindow::Hour => "1h",
@@ -28,6 +34,7 @@ impl UsageWindow {
         }
     }
 
+    /// What the picker shows.
     pub fn label(self) -> &'static str {
         match self {
             UsageWindow::Hour => "last hour",
@@ -37,6 +44,7 @@ impl UsageWindow {
         }
     }
 
+    /// How far back from now it reaches.
     pub fn span(self) -> Duration {
         match self {
             UsageWindow::Hour => Duration::hours(1),
@@ -55,16 +63,22 @@ impl UsageWindow {
 /// to a level (`auto` picks the finest that fits a chart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolutionChoice {
+    /// [`Resolution::Auto`].
     Auto,
+    /// A point per minute.
     Minute,
+    /// A point per hour.
     Hour,
+    /// A point per day.
     Day,
 }
 
 impl ResolutionChoice {
+    /// Every choice, as the picker lists them.
     pub const ALL: [ResolutionChoice; 4] =
         [ResolutionChoice::Auto, ResolutionChoice::Minute, ResolutionChoice::Hour, ResolutionChoice::Day];
 
+    /// Its `res=` value in the URL, such as `1h`.
     pub fn param(self) -> &'static str {
         match self {
             ResolutionChoice::Auto => "auto",
@@ -74,6 +88,7 @@ impl ResolutionChoice {
         }
     }
 
+    /// The resolution the usage query is asked for.
     pub fn resolution(self) -> Resolution {
         match self {
             ResolutionChoice::Auto => Resolution::Auto,
@@ -91,7 +106,9 @@ impl ResolutionChoice {
 /// The dashboard's question.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DashboardQuery {
+    /// The usage window.
     pub window: UsageWindow,
+    /// The width of a chart's points.
     pub resolution: ResolutionChoice,
     /// `None`: the busiest app of the window.
     pub app: Option<String>,

@@ -20,9 +20,11 @@ use crate::session::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, SessionSummary};
 /// A list request for every user of one app.
 #[derive(Debug, Clone)]
 pub struct ListAppSessions {
+    /// The app whose sessions to list, across all its users.
     pub app_name: AppName,
     /// Clamped to 1..=200; default 50.
     pub page_size: Option<usize>,
+    /// The previous page's `next_page_token`; `None` starts at the newest session.
     pub page_token: Option<AppPageToken>,
     /// Only sessions carrying every one of these labels with these values.
     pub labels: BTreeMap<String, String>,
@@ -33,6 +35,7 @@ pub struct ListAppSessions {
 }
 
 impl ListAppSessions {
+    /// A request for the first page of `app_name`'s sessions, with no filter.
     pub fn new(app_name: AppName) -> Self {
         Self {
             app_name,
@@ -44,6 +47,7 @@ impl ListAppSessions {
         }
     }
 
+    /// Adds a label filter: only sessions whose label `key` is `value`.
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
         self
@@ -55,6 +59,7 @@ impl ListAppSessions {
         crate::session::validate_listing_filters(&self.labels, self.updated_after, self.updated_before)
     }
 
+    /// The page size the store uses: `page_size` clamped to 1..=200, else 50.
     pub fn effective_page_size(&self) -> usize {
         self.page_size.unwrap_or(DEFAULT_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE)
     }
@@ -64,6 +69,7 @@ impl ListAppSessions {
 /// names its user.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppSessionPage {
+    /// The sessions of this page, newest created first.
     pub sessions: Vec<SessionSummary>,
     /// Present when more sessions may follow.
     pub next_page_token: Option<AppPageToken>,
@@ -81,7 +87,9 @@ pub struct AppPageToken(String);
 pub struct AppPosition {
     /// The session's creation time, microseconds since the epoch.
     pub created_micros: i64,
+    /// The session's user.
     pub user_id: UserId,
+    /// The session's id.
     pub session_id: SessionId,
 }
 
@@ -129,6 +137,7 @@ impl AppPageToken {
         })
     }
 
+    /// The token as sent to clients.
     pub fn as_str(&self) -> &str {
         &self.0
     }

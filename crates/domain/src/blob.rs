@@ -38,7 +38,9 @@ pub type BlobHash = [u8; 32];
 /// One piece of media an event carried, as raw bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Blob {
+    /// The SHA-256 of `data`; two events naming the same media share one blob.
     pub sha256: BlobHash,
+    /// The media's raw bytes.
     pub data: Vec<u8>,
 }
 
@@ -49,6 +51,7 @@ impl std::fmt::Debug for Blob {
 }
 
 impl Blob {
+    /// A blob of `data`, its hash computed.
     pub fn new(data: Vec<u8>) -> Self {
         Self { sha256: Sha256::digest(&data).into(), data }
     }

@@ -30,12 +30,16 @@ pub struct EventActions {
     /// Artifact versions this event wrote.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub artifact_delta: Map<String, Value>,
+    /// The agent to hand the conversation to next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_to_agent: Option<String>,
+    /// Hands control up to the parent agent (ends a loop agent's iterations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalate: Option<bool>,
+    /// The tool's response goes back without a model summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_summarization: Option<bool>,
+    /// Every other action field, stored and returned untouched.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -45,6 +49,8 @@ pub struct EventActions {
 pub struct Event {
     /// Unique within its session; a retried append reuses it.
     pub id: String,
+    /// The invocation (one turn through the runner) that produced the event;
+    /// empty when none.
     #[serde(default)]
     pub invocation_id: String,
     /// `user` or the name of the agent that produced the event.
@@ -53,22 +59,27 @@ pub struct Event {
     /// it exactly.
     #[serde(with = "nanos_rfc3339")]
     pub timestamp: DateTime<Utc>,
+    /// Which agent in the hierarchy the event belongs to (`root.child`), so
+    /// sub-agents can be given only their own branch's history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
     /// The model content (role and parts), kept as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Value>,
+    /// State changes and control flow the event asks for.
     #[serde(default)]
     pub actions: EventActions,
     /// A streaming chunk; partial events are never stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial: Option<bool>,
+    /// The model finished its turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_complete: Option<bool>,
     /// Set by `SessionStore::redact_event` only: the event is a tombstone
     /// (see [`crate::redaction`]); an append carrying it is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redaction: Option<Redaction>,
+    /// Every other field of the runtime's event, stored and returned untouched.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -102,6 +113,7 @@ impl Event {
         serde_json::from_value(value).map_err(|e| StoreError::invalid("event", e.to_string()))
     }
 
+    /// Whether this is a streaming chunk: an append returns it unstored.
     pub fn is_partial(&self) -> bool {
         self.partial == Some(true)
     }
@@ -213,7 +225,9 @@ impl Event {
 /// An event checked and split for writing.
 #[derive(Debug, Clone)]
 pub struct PreparedEvent {
+    /// The event's time in nanoseconds since the epoch (`adk_events.event_ts`).
     pub event_ts: i64,
+    /// The state delta split by scope, `temp:` keys dropped.
     pub delta: ScopedState,
     /// The event as stored, with references in place of its media.
     pub payload: Value,

@@ -63,6 +63,7 @@ macro_rules! identifier {
                 Ok(Self(value))
             }
 
+            /// The identifier as given.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -146,12 +147,16 @@ impl SessionId {
 /// lookup can never reach another user's session.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SessionKey {
+    /// The application the session belongs to.
     pub app_name: AppName,
+    /// The user within that application.
     pub user_id: UserId,
+    /// The session, unique per app and user.
     pub session_id: SessionId,
 }
 
 impl SessionKey {
+    /// The key of three already validated parts.
     pub fn new(app_name: AppName, user_id: UserId, session_id: SessionId) -> Self {
         Self { app_name, user_id, session_id }
     }

@@ -58,10 +58,12 @@ impl JsonEvents {
         true
     }
 
+    /// How many events there are.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// Whether there are no events.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
@@ -95,7 +97,9 @@ impl JsonEvents {
 /// (`session.events` is empty).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonSession {
+    /// The session with an empty `events`; the events are in `events`.
     pub session: Session,
+    /// The session's events as JSON, in order.
     pub events: JsonEvents,
 }
 

@@ -5,6 +5,8 @@
 //! This crate has no database dependency on purpose: services and adapters
 //! can consume the contract without pulling in diesel or a driver.
 
+#![warn(missing_docs)]
+
 pub mod app_list;
 pub mod blob;
 pub mod error;

@@ -143,10 +143,12 @@ fn ttl_deadline(now: DateTime<Utc>, ttl: std::time::Duration) -> Result<DateTime
 }
 
 impl InMemoryStore {
+    /// An empty store with the default config and policy.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty store with `config` and the default policy.
     pub fn with_config(config: StoreConfig) -> Self {
         Self { config, policy: StorePolicy::default(), tables: Mutex::default() }
     }

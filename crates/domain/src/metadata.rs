@@ -30,20 +30,24 @@ pub struct SessionMetadata {
 }
 
 impl SessionMetadata {
+    /// No display name and no labels.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Sets the display name.
     pub fn with_display_name(mut self, name: impl Into<String>) -> Self {
         self.display_name = Some(name.into());
         self
     }
 
+    /// Adds or replaces the label `key`.
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
         self
     }
 
+    /// Whether there is neither a display name nor a label.
     pub fn is_empty(&self) -> bool {
         self.display_name.is_none() && self.labels.is_empty()
     }

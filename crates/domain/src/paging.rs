@@ -34,6 +34,7 @@ impl EventCursor {
 /// One page request: where it starts and how many events it holds at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventPage {
+    /// Where the page starts, and so which way it goes.
     pub cursor: EventCursor,
     /// 1 to [`MAX_EVENT_PAGE`].
     pub limit: usize,
@@ -82,7 +83,9 @@ impl EventPage {
 /// An event with its sequence number in its session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SequencedEvent {
+    /// The event's position in its session, from 1, without gaps.
     pub seq: u64,
+    /// The event as stored.
     pub event: Event,
 }
 

@@ -87,9 +87,10 @@ impl StorePolicy {
     }
 }
 
-/// Shortest and longest lateness window the database accepts
+/// Shortest lateness window the database accepts
 /// (`adk_store_policy_usage_lateness_range`).
 pub const MIN_USAGE_LATENESS: Duration = Duration::from_secs(60);
+/// Longest lateness window the database accepts.
 pub const MAX_USAGE_LATENESS: Duration = Duration::from_secs(7 * 86_400);
 
 /// The usage rollups' part of the policy row: how late an event may arrive

@@ -109,6 +109,7 @@ pub fn check_event_id(event_id: &str) -> Result<(), StoreError> {
 }
 
 impl Event {
+    /// Whether this event is a tombstone left by a redaction.
     pub fn is_redacted(&self) -> bool {
         self.redaction.is_some()
     }

@@ -17,6 +17,7 @@ use crate::state::State;
 /// A session as `get` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
+    /// Which session this is.
     pub key: SessionKey,
     /// Session state merged with the live app and user state, prefixes restored.
     pub state: State,
@@ -25,11 +26,17 @@ pub struct Session {
     /// The number of events ever appended (`last_seq`); pass it back as the
     /// expected version to detect concurrent appends.
     pub version: u64,
+    /// When the session last changed: created, appended to, rewound or
+    /// closed. Metadata edits do not move it.
     pub last_update_time: DateTime<Utc>,
+    /// When it was created.
     pub created_at: DateTime<Utc>,
+    /// When it expires and reads stop finding it; `None` means never.
     pub expires_at: Option<DateTime<Utc>>,
     /// Set when the session was closed by a rollover.
     pub closed_at: Option<DateTime<Utc>>,
+    /// The session the rollover moved the conversation to; set with
+    /// `closed_at`.
     pub successor: Option<SessionId>,
     /// Display name and labels; not part of the conversation.
     pub metadata: SessionMetadata,
@@ -38,13 +45,19 @@ pub struct Session {
 /// A session's metadata as `list` returns it: never events.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
+    /// Which session this is.
     pub key: SessionKey,
     /// Session state merged with the live app and user state.
     pub state: State,
+    /// The number of events ever appended, as in [`Session::version`].
     pub version: u64,
+    /// When the session last changed, as in [`Session::last_update_time`].
     pub last_update_time: DateTime<Utc>,
+    /// When it was created.
     pub created_at: DateTime<Utc>,
+    /// When it expires; `None` means never.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Display name and labels.
     pub metadata: SessionMetadata,
 }
 
@@ -62,12 +75,15 @@ pub enum OnExisting {
 /// A create request.
 #[derive(Debug, Clone)]
 pub struct CreateSession {
+    /// The app the session belongs to.
     pub app_name: AppName,
+    /// The user the session belongs to.
     pub user_id: UserId,
     /// Trimmed; blank or absent means a generated UUIDv4.
     pub session_id: Option<String>,
     /// Initial state, routed by prefix like any delta.
     pub state: State,
+    /// What to do when `session_id` is taken.
     pub on_existing: OnExisting,
     /// Overrides the store's default time to live.
     pub ttl: Option<Duration>,
@@ -76,6 +92,8 @@ pub struct CreateSession {
 }
 
 impl CreateSession {
+    /// A request for a session with a generated id, no state, the store's
+    /// default time to live and no metadata; fails if the id is taken.
     pub fn new(app_name: AppName, user_id: UserId) -> Self {
         Self {
             app_name,
@@ -88,26 +106,31 @@ impl CreateSession {
         }
     }
 
+    /// Asks for this session id instead of a generated one.
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
         self
     }
 
+    /// Sets the initial state.
     pub fn with_state(mut self, state: State) -> Self {
         self.state = state;
         self
     }
 
+    /// Returns the existing session instead of failing when the id is taken.
     pub fn return_existing(mut self) -> Self {
         self.on_existing = OnExisting::ReturnExisting;
         self
     }
 
+    /// Sets this session's time to live.
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
+    /// Sets the display name and labels.
     pub fn with_metadata(mut self, metadata: SessionMetadata) -> Self {
         self.metadata = metadata;
         self
@@ -161,10 +184,14 @@ pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// A list request for one user of one app.
 #[derive(Debug, Clone)]
 pub struct ListSessions {
+    /// The app to list.
     pub app_name: AppName,
+    /// The user whose sessions to list.
     pub user_id: UserId,
     /// Clamped to 1..=200; default 50.
     pub page_size: Option<usize>,
+    /// The previous page's `next_page_token`; `None` starts at the most
+    /// recently updated session.
     pub page_token: Option<PageToken>,
     /// Only sessions carrying every one of these labels with these values.
     pub labels: BTreeMap<String, String>,
@@ -175,6 +202,7 @@ pub struct ListSessions {
 }
 
 impl ListSessions {
+    /// A request for the first page of the user's sessions, with no filter.
     pub fn new(app_name: AppName, user_id: UserId) -> Self {
         Self {
             app_name,
@@ -187,6 +215,7 @@ impl ListSessions {
         }
     }
 
+    /// Adds a label filter: only sessions whose label `key` is `value`.
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
         self
@@ -198,6 +227,7 @@ impl ListSessions {
         validate_listing_filters(&self.labels, self.updated_after, self.updated_before)
     }
 
+    /// The page size the store uses: `page_size` clamped to 1..=200, else 50.
     pub fn effective_page_size(&self) -> usize {
         self.page_size.unwrap_or(DEFAULT_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE)
     }
@@ -222,6 +252,7 @@ pub(crate) fn validate_listing_filters(
 /// One page of a listing, newest first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionPage {
+    /// The sessions of this page, most recently updated first.
     pub sessions: Vec<SessionSummary>,
     /// Present when more sessions may follow.
     pub next_page_token: Option<PageToken>,
@@ -267,6 +298,7 @@ impl PageToken {
         Ok((micros, id))
     }
 
+    /// The token as sent to clients.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -11,8 +11,11 @@ use crate::error::StoreError;
 /// A JSON object of state keys to values.
 pub type State = Map<String, Value>;
 
+/// Marks a key shared by every user of the app.
 pub const APP_PREFIX: &str = "app:";
+/// Marks a key shared by every session of the user.
 pub const USER_PREFIX: &str = "user:";
+/// Marks a key that lives only for the current invocation; never stored.
 pub const TEMP_PREFIX: &str = "temp:";
 
 /// Longest state key, in bytes.
@@ -25,8 +28,11 @@ pub const MAX_STATE_BYTES: usize = 65_535;
 /// State split by scope, prefixes stripped. `temp:` keys are gone.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScopedState {
+    /// `app:` keys, prefix stripped.
     pub app: State,
+    /// `user:` keys, prefix stripped.
     pub user: State,
+    /// Unprefixed keys: the session's own.
     pub session: State,
 }
 
@@ -56,6 +62,7 @@ impl ScopedState {
         Ok(scoped)
     }
 
+    /// Whether no scope holds a key.
     pub fn is_empty(&self) -> bool {
         self.app.is_empty() && self.user.is_empty() && self.session.is_empty()
     }
@@ -94,6 +101,7 @@ pub fn merge_scopes(session: &State, user: &State, app: &State) -> State {
 pub struct SharedScopes(Vec<(String, Value)>);
 
 impl SharedScopes {
+    /// The stored user and app scopes, prefixed once.
     pub fn new(user: &State, app: &State) -> Self {
         let app = app.iter().map(|(key, value)| (format!("{APP_PREFIX}{key}"), value.clone()));
         let user = user.iter().map(|(key, value)| (format!("{USER_PREFIX}{key}"), value.clone()));

@@ -17,6 +17,8 @@
 //! it uses only the published policy errors and the one classifier of
 //! PostgreSQL failures (`adk_postgres_storage::pg_error`).
 
+#![warn(missing_docs)]
+
 mod connection;
 mod error;
 mod lock_wait;

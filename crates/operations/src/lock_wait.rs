@@ -38,6 +38,7 @@ pub struct LockRetry<'a> {
 }
 
 impl<'a> LockRetry<'a> {
+    /// Starts pacing `statement` under `policy`, at attempt 1.
     pub fn new(statement: &'a str, policy: &LockPolicy) -> Self {
         Self { statement, attempts: policy.attempts.max(1), attempt: 1, pause: policy.backoff }
     }

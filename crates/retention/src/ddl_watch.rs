@@ -23,9 +23,13 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub struct BuildProgress {
     /// e.g. `building index: scanning table`, `waiting for old snapshots`.
     pub phase: String,
+    /// Blocks processed in this phase.
     pub blocks_done: i64,
+    /// Blocks this phase will process; 0 when the phase does not count them.
     pub blocks_total: i64,
+    /// Tuples processed in this phase.
     pub tuples_done: i64,
+    /// Tuples this phase will process; 0 when the phase does not count them.
     pub tuples_total: i64,
 }
 

@@ -21,6 +21,7 @@ use adk_postgres_operations::{LockPolicy, connect, first_row, on_citus};
 /// What an expiry run deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ExpiryReport {
+    /// Sessions past their `expires_at` that were deleted.
     pub sessions_deleted: u64,
     /// Events that went with them (each session's `last_seq`).
     pub events_deleted: u64,

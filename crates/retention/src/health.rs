@@ -73,12 +73,16 @@ impl Default for HealthThresholds {
 /// The latest rollup run, whatever its outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RollupRun {
+    /// When it ended.
     pub finished_at: DateTime<Utc>,
     /// `ok`, `failed` or `waiting` (writers outlived its wait; it did not
     /// advance).
     pub outcome: String,
+    /// Events it merged into minute rows.
     pub events_rolled_up: i64,
+    /// Events it counted as late instead of rolling up.
     pub late_rejected: i64,
+    /// Why it failed; `None` unless it did.
     pub error: Option<String>,
 }
 
@@ -87,6 +91,7 @@ pub struct RollupRun {
 pub struct RollupTier {
     /// `1m`, `1h` or `1d`.
     pub level: String,
+    /// Partitions the level has.
     pub partitions: i64,
     /// `pg_total_relation_size` summed over its partitions.
     pub bytes: i64,
@@ -95,7 +100,9 @@ pub struct RollupTier {
 /// Late rejections of one app on one arrival day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LateApp {
+    /// The app.
     pub app: String,
+    /// Its events rejected as late.
     pub rejected: i64,
 }
 
@@ -106,16 +113,20 @@ pub struct RollupHealth {
     /// late); `None` before the first successful run.
     pub watermark: Option<DateTime<Utc>>,
     /// The clock minus the watermark.
+    /// `None` before the first successful run.
     pub lag_secs: Option<u64>,
     /// Before the first run: whether an event arrived longer than
     /// `max_rollup_lag` ago and is waiting for it.
     pub overdue_events: bool,
+    /// The latest run, whatever its outcome; `None` before the first.
     pub last_run: Option<RollupRun>,
     /// Events arriving on `today` (UTC) that were rejected as late.
     pub late_rejected_today: i64,
+    /// The same for the day before.
     pub late_rejected_yesterday: i64,
     /// The apps with the most late rejections today, at most five.
     pub late_apps_today: Vec<LateApp>,
+    /// Each level's storage: minutes, hours, days.
     pub tiers: Vec<RollupTier>,
     /// Consecutive days after today with a minute partition.
     pub minute_partitions_ahead: u32,
@@ -126,10 +137,14 @@ pub struct RollupHealth {
 pub struct ArchiveHealth {
     /// The policy, as `adk-pg policy show` prints it.
     pub policy: String,
+    /// Whether the policy names a destination, so covered days are archived
+    /// before they are dropped.
     pub on: bool,
-    /// Objects in the catalog, their bytes, and the app days they hold.
+    /// Objects in the catalog.
     pub objects: i64,
+    /// Their bytes in all.
     pub bytes: i64,
+    /// The app days they hold.
     pub days: i64,
     /// When the newest object was written and read back.
     pub last_success: Option<DateTime<Utc>>,
@@ -143,12 +158,16 @@ pub struct ArchiveHealth {
 /// An app's day kept because its archive failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, QueryableByName)]
 pub struct PendingArchive {
+    /// The app.
     #[diesel(sql_type = Text)]
     pub app_name: String,
+    /// The partition day (UTC).
     #[diesel(sql_type = Date)]
     pub day: NaiveDate,
+    /// When the latest attempt failed.
     #[diesel(sql_type = Timestamptz)]
     pub failed_at: DateTime<Utc>,
+    /// Why it failed.
     #[diesel(sql_type = Text)]
     pub error: String,
 }
@@ -156,18 +175,26 @@ pub struct PendingArchive {
 /// The last successful maintenance run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LastRun {
+    /// When it ended.
     pub finished_at: DateTime<Utc>,
+    /// The day (UTC) it worked for.
     pub today: NaiveDate,
+    /// Partitions it created.
     pub created: i32,
+    /// Partitions it dropped.
     pub dropped: i32,
+    /// Session rows it deleted with the days it retired.
     pub sessions_deleted: i64,
 }
 
 /// The most recent maintenance run, when it failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailedRun {
+    /// When it ended.
     pub finished_at: DateTime<Utc>,
+    /// The day (UTC) it worked for.
     pub today: NaiveDate,
+    /// Why it failed.
     pub error: String,
 }
 
@@ -175,36 +202,50 @@ pub struct FailedRun {
 /// because a session of it is live, or has not run since it became due.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OverduePartition {
+    /// The partition's table name.
     pub partition: String,
     /// First day it holds; `None` for a legacy `MINVALUE` partition.
     pub from: Option<NaiveDate>,
     /// Open, unexpired sessions of its days active within the retention.
     pub open_sessions: i64,
+    /// The latest update of those sessions; `None` when there are none.
     pub last_active: Option<DateTime<Utc>>,
 }
 
 /// `pg_column_size(state)` over session rows, in bytes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StateSizes {
+    /// Session rows measured: at most the first 100,000 read.
     pub sessions: i64,
+    /// Median size; `None` when there are no sessions.
     pub p50: Option<i64>,
+    /// 90th percentile; `None` when there are no sessions.
     pub p90: Option<i64>,
+    /// 99th percentile; `None` when there are no sessions.
     pub p99: Option<i64>,
+    /// Largest; `None` when there are no sessions.
     pub max: Option<i64>,
 }
 
 /// The health report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthReport {
+    /// The day (UTC) health was judged for.
     pub today: NaiveDate,
+    /// Event partitions attached, pending detaches included.
     pub partitions: usize,
     /// Consecutive days after today with a partition.
     pub partitions_ahead: u32,
+    /// The partition holding the earliest days; `None` without partitions.
     pub oldest_partition: Option<String>,
+    /// The partition holding the latest days; `None` without partitions.
     pub newest_partition: Option<String>,
+    /// Partitions an interrupted run left half-detached
+    /// (`DETACH … CONCURRENTLY`); maintenance finishes them.
     pub pending_detaches: Vec<String>,
     /// Partition tables detached but never dropped.
     pub orphaned_partitions: Vec<String>,
+    /// The last successful maintenance run; `None` before the first.
     pub last_run: Option<LastRun>,
     /// Set when the most recent maintenance run failed.
     pub last_failure: Option<FailedRun>,
@@ -218,10 +259,13 @@ pub struct HealthReport {
     /// Attached partitions past `retire_before`; each is an alert until
     /// maintenance retires it.
     pub overdue_partitions: Vec<OverduePartition>,
+    /// Updates of `adk_sessions` since the statistics were last reset.
     pub session_updates: i64,
+    /// How many of them were HOT (no index written).
     pub session_hot_updates: i64,
     /// HOT share of `adk_sessions` updates; `None` before any update.
     pub hot_ratio: Option<f64>,
+    /// Sizes of session state.
     pub state_sizes: StateSizes,
     /// The usage rollups; `None` before migration 12.
     pub rollups: Option<RollupHealth>,
@@ -245,6 +289,7 @@ pub struct HealthReport {
 }
 
 impl HealthReport {
+    /// Whether there is no alert.
     pub fn is_healthy(&self) -> bool {
         self.alerts.is_empty()
     }
@@ -701,6 +746,7 @@ pub async fn health(
     health_on(&mut conn, today, thresholds).await
 }
 
+/// [`health`] on a connection already open.
 pub async fn health_on(
     conn: &mut AsyncPgConnection,
     today: NaiveDate,

@@ -17,6 +17,8 @@
 //! Reports implement `Display` as the CLI prints them, and `Serialize` for
 //! `--json`, so every tool that shows one shows the same text.
 
+#![warn(missing_docs)]
+
 mod catalog;
 pub mod convert;
 mod ddl_watch;

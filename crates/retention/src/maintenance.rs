@@ -56,6 +56,7 @@ pub const MAINTENANCE_LOCK_KEY: i64 = adk_postgres_schema::names::lock_keys::MAI
 pub struct MaintenanceConfig {
     /// Session rows deleted per statement once their day is dropped.
     pub session_delete_batch: i64,
+    /// How its DDL waits for locks.
     pub lock_policy: LockPolicy,
     /// How long a run waits for another run to finish before skipping.
     pub wait_for_other_run: Duration,
@@ -78,6 +79,7 @@ impl Default for MaintenanceConfig {
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct MaintenanceReport {
+    /// The day (UTC) the run worked for; a run always sets it.
     pub today: Option<NaiveDate>,
     /// The policy the run judged by, as read from the database.
     pub policy: Option<PolicySummary>,
@@ -101,6 +103,7 @@ pub struct MaintenanceReport {
     /// Days past lifetime plus retention kept because a session of theirs is
     /// still live; `adk-pg status` alerts while their partition stays.
     pub kept: Vec<KeptDay>,
+    /// Session rows of the dropped days deleted after the drop.
     pub sessions_deleted: u64,
     /// Events with media deleted from days about to be dropped, so that
     /// their blobs lost the reference (and went with the last one).
@@ -130,9 +133,13 @@ pub struct MaintenanceReport {
 /// An app's day that could not be archived; its day stays in the database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArchiveFailure {
+    /// The app.
     pub app_name: String,
+    /// The partition day (UTC).
     pub day: NaiveDate,
+    /// The partition kept because of it.
     pub partition: String,
+    /// Why the archive failed.
     pub error: String,
 }
 

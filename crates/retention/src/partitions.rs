@@ -14,7 +14,9 @@ pub use adk_postgres_schema::names::{day_of_partition, partition_name};
 /// One attached partition of `adk_events`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Partition {
+    /// The schema the partition is in.
     pub schema: String,
+    /// The partition's table name, `adk_events_pYYYYMMDD` for a daily one.
     pub name: String,
     /// First day held; `None` for `MINVALUE` (a legacy partition).
     pub from: Option<NaiveDate>,
@@ -25,6 +27,7 @@ pub struct Partition {
 }
 
 impl Partition {
+    /// Whether rows of `day` (a `session_day`) belong in this partition.
     pub fn holds(&self, day: NaiveDate) -> bool {
         self.from.is_none_or(|from| from <= day) && self.to.is_none_or(|to| day < to)
     }

@@ -22,10 +22,13 @@ use adk_postgres_operations::first_row;
 /// The policy in a report: whole seconds (sub-second parts are dropped).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicySummary {
+    /// [`StorePolicy::max_session_lifetime`].
     pub max_session_lifetime_secs: u64,
+    /// [`StorePolicy::retention`].
     pub retention_secs: u64,
     /// `None`: sessions live until deleted unless the client asks otherwise.
     pub default_ttl_secs: Option<u64>,
+    /// [`StorePolicy::premake_days`].
     pub premake_days: u32,
     /// The usage rollups' lateness and tiers; `None` before migration 12.
     pub usage: Option<UsageSummary>,
@@ -34,14 +37,18 @@ pub struct PolicySummary {
 /// The usage part of the policy in a report, in whole seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UsageSummary {
+    /// [`UsagePolicy::lateness`].
     pub lateness_secs: u64,
+    /// [`UsagePolicy::minute_retention`].
     pub minute_retention_secs: u64,
+    /// [`UsagePolicy::hour_retention`].
     pub hour_retention_secs: u64,
     /// `None`: day rows are kept for ever.
     pub day_retention_secs: Option<u64>,
 }
 
 impl UsageSummary {
+    /// The summary of `usage`.
     pub fn of(usage: &UsagePolicy) -> Self {
         Self {
             lateness_secs: usage.lateness.as_secs(),
@@ -53,6 +60,7 @@ impl UsageSummary {
 }
 
 impl PolicySummary {
+    /// The summary of `policy`, without the usage tiers.
     pub fn of(policy: &StorePolicy) -> Self {
         Self {
             max_session_lifetime_secs: policy.max_session_lifetime.as_secs(),
@@ -120,6 +128,7 @@ impl fmt::Display for PolicySummary {
 /// because a session of it is still live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeptDay {
+    /// The session day (UTC).
     pub day: NaiveDate,
     /// The partition holding the day, when one is attached.
     pub partition: Option<String>,
@@ -128,6 +137,7 @@ pub struct KeptDay {
     pub open_sessions: i64,
     /// The latest `updated_at` among them.
     pub last_active: DateTime<Utc>,
+    /// Why it was kept, as `adk-pg maintain` prints it.
     pub reason: String,
 }
 

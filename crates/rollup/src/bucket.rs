@@ -14,15 +14,19 @@ use crate::sketch::{Distinct, Quantiles};
 /// A rollup level: the width of its buckets and the table holding them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Level {
+    /// Minute buckets, rolled up from the events (`adk_usage_1m`).
     #[serde(rename = "1m")]
     Minute,
+    /// Hour buckets, recomputed from the minutes (`adk_usage_1h`).
     #[serde(rename = "1h")]
     Hour,
+    /// Day buckets, recomputed from the hours (`adk_usage_1d`).
     #[serde(rename = "1d")]
     Day,
 }
 
 impl Level {
+    /// Every level, finest first.
     pub const ALL: [Level; 3] = [Level::Minute, Level::Hour, Level::Day];
 
     /// The name the SQL functions and the CLI use: `1m`, `1h`, `1d`.
@@ -34,6 +38,7 @@ impl Level {
         }
     }
 
+    /// The table holding this level's rows.
     pub fn table(self) -> &'static str {
         match self {
             Level::Minute => adk_postgres_schema::names::USAGE_MINUTES,
@@ -42,6 +47,7 @@ impl Level {
         }
     }
 
+    /// How much time one bucket covers.
     pub fn width(self) -> Duration {
         match self {
             Level::Minute => Duration::minutes(1),
@@ -93,16 +99,23 @@ impl fmt::Display for Level {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
+    /// An event authored by `user` that is none of the kinds below.
     UserMessage,
+    /// An agent's event that is none of the kinds below.
     ModelResponse,
+    /// An event whose content calls a function (a tool).
     ToolCall,
+    /// An event whose content carries a function's response.
     ToolResult,
+    /// An event with an `error_code`.
     Error,
 }
 
 impl Kind {
+    /// Every kind.
     pub const ALL: [Kind; 5] = [Kind::UserMessage, Kind::ModelResponse, Kind::ToolCall, Kind::ToolResult, Kind::Error];
 
+    /// The name the tables and the CLI use, such as `tool_call`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::UserMessage => "user_message",
@@ -131,7 +144,9 @@ impl FromStr for Kind {
 /// Who a row counts: one author, or every author folded above the cap.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Author {
+    /// One author: `user` or an agent's name.
     Named(String),
+    /// Every author of the bucket beyond the run's author cap, in one row.
     Folded,
 }
 
@@ -144,6 +159,7 @@ impl Author {
         }
     }
 
+    /// The author of a row, from its `(author, folded)` columns.
     pub fn from_columns(author: String, folded: bool) -> Self {
         if folded { Author::Folded } else { Author::Named(author) }
     }
@@ -161,9 +177,13 @@ impl fmt::Display for Author {
 /// One row of a level: an app's bucket for one author and kind.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BucketKey {
+    /// The app.
     pub app: String,
+    /// The bucket's start, UTC.
     pub start: DateTime<Utc>,
+    /// Whose events.
     pub author: Author,
+    /// What kind of events.
     pub kind: Kind,
 }
 
@@ -185,25 +205,42 @@ pub struct EventFacts<'a> {
 /// kept: they are divided out of sums and counts when read.
 #[derive(Debug, Clone, Default)]
 pub struct Aggregate {
+    /// Events counted.
     pub events: i64,
+    /// Their payload sizes summed, in bytes (a redacted event counts its
+    /// original's size).
     pub payload_bytes: i64,
+    /// The smallest payload, in bytes; 0 when there are no events.
     pub payload_bytes_min: i32,
+    /// The largest payload, in bytes.
     pub payload_bytes_max: i32,
+    /// `usage_metadata.prompt_token_count` summed.
     pub prompt_tokens: i64,
+    /// `usage_metadata.candidates_token_count` summed.
     pub candidates_tokens: i64,
+    /// `usage_metadata.total_token_count` summed.
     pub total_tokens: i64,
+    /// `usage_metadata.cost` summed, exactly; `None` when no event carried
+    /// a cost.
     pub cost: Option<BigDecimal>,
+    /// Events that carried a cost.
     pub cost_events: i64,
+    /// Events of kind [`Kind::Error`].
     pub errors: i64,
+    /// Milliseconds from the previous event of the same invocation.
     pub latency: Quantiles,
+    /// Payload sizes, in bytes.
     pub size: Quantiles,
+    /// Distinct sessions.
     pub sessions: Distinct,
+    /// Distinct users.
     pub users: Distinct,
     /// Distinct authors folded into this row; only on folded rows.
     pub folded_authors: Option<Distinct>,
 }
 
 impl Aggregate {
+    /// Counts one event of `kind`.
     pub fn add_event(&mut self, kind: Kind, facts: &EventFacts<'_>) {
         self.payload_bytes_min =
             if self.events == 0 { facts.payload_bytes } else { self.payload_bytes_min.min(facts.payload_bytes) };
@@ -228,6 +265,8 @@ impl Aggregate {
         self.users.add(facts.user_id);
     }
 
+    /// Adds `other`'s counts, sums, extremes and sketches, as if its
+    /// events had been added here.
     pub fn merge(&mut self, other: &Aggregate) {
         if other.events == 0 {
             return;

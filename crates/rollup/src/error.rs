@@ -7,20 +7,32 @@ use crate::sketch::SketchError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RollupError {
+    /// A statement failed.
     #[error("{context}: {source}")]
     Query {
+        /// What the statement was doing.
         context: &'static str,
+        /// diesel's error.
         #[source]
         source: diesel::result::Error,
     },
+    /// Connecting, or waiting for a lock, failed.
     #[error(transparent)]
     Operations(#[from] adk_postgres_operations::OperationsError),
+    /// A stored sketch could not be decoded.
     #[error("a stored rollup row is unreadable: {0}")]
     Sketch(#[from] SketchError),
+    /// A stored row, or a query's answer, is not what the code expects.
     #[error("a stored rollup row is unreadable: {0}")]
     Corrupt(String),
+    /// An argument was refused; nothing was read or written.
     #[error("invalid {field}: {reason}")]
-    InvalidInput { field: &'static str, reason: String },
+    InvalidInput {
+        /// The argument at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl RollupError {
@@ -33,27 +45,53 @@ impl RollupError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UsageError {
+    /// An argument was refused; nothing was read or written.
     #[error("invalid {field}: {reason}")]
-    InvalidInput { field: &'static str, reason: String },
+    InvalidInput {
+        /// The argument at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The window and resolution ask for more points than a chart can use.
     #[error(
         "too many points: {points} buckets of {resolution} in the window, at most {max} (widen --resolution or narrow the window)"
     )]
-    TooManyPoints { points: i64, resolution: String, max: i64 },
+    TooManyPoints {
+        /// Buckets of that resolution in the window.
+        points: i64,
+        /// The resolution asked for.
+        resolution: String,
+        /// The most allowed ([`crate::MAX_POINTS`]).
+        max: i64,
+    },
     /// No level both divides the resolution and still holds the window's
     /// start (finer tiers are retained for less time).
     #[error("no rollup level holds {resolution} buckets from {since}: {reason}")]
-    NotRetained { resolution: String, since: String, reason: String },
+    NotRetained {
+        /// The resolution asked for.
+        resolution: String,
+        /// The window's start, RFC 3339.
+        since: String,
+        /// Why no level fits.
+        reason: String,
+    },
+    /// A statement failed.
     #[error("{context}: {source}")]
     Query {
+        /// What the statement was doing.
         context: &'static str,
+        /// diesel's error.
         #[source]
         source: diesel::result::Error,
     },
+    /// Connecting, or waiting for a lock, failed.
     #[error(transparent)]
     Operations(#[from] adk_postgres_operations::OperationsError),
+    /// A stored sketch could not be decoded.
     #[error("a stored rollup row is unreadable: {0}")]
     Sketch(#[from] SketchError),
+    /// A stored row, or a query's answer, is not what the code expects.
     #[error("a stored rollup row is unreadable: {0}")]
     Corrupt(String),
 }

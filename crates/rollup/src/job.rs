@@ -51,6 +51,7 @@ pub struct RollupConfig {
     /// Longest the run waits for in-flight writes below its upper bound
     /// before it gives up advancing (and says which are still running).
     pub writer_wait: Duration,
+    /// How its partition DDL waits for locks.
     pub lock_policy: LockPolicy,
 }
 
@@ -66,13 +67,20 @@ pub struct RollupReport {
     /// The arrival window read: from the previous watermark (none on the
     /// first run: everything stored) to this run's upper bound.
     pub window_from: Option<DateTime<Utc>>,
+    /// The upper bound of the arrival window (exclusive); `None` when the
+    /// run was skipped.
     pub window_to: Option<DateTime<Utc>>,
+    /// Events that arrived in the window.
     pub events_read: u64,
+    /// Of those, events merged into minute rows.
     pub events_rolled_up: u64,
     /// Events outside the lateness window, counted and not rolled up.
     pub late_rejected: u64,
+    /// Minute buckets (per app) written.
     pub minute_buckets: usize,
+    /// Hour buckets (per app) recomputed from their minutes.
     pub hour_buckets: usize,
+    /// Day buckets (per app) recomputed from their hours.
     pub day_buckets: usize,
     /// Named authors folded into `(other)` rows by the cap, over all levels.
     pub authors_folded: usize,
@@ -83,6 +91,8 @@ pub struct RollupReport {
     pub waiting_on: Vec<String>,
     /// Another run held the state row; this one did nothing.
     pub skipped: bool,
+    /// Invocation tails deleted because their sessions' days can take no
+    /// more appends under the policy.
     pub tails_pruned: u64,
 }
 

@@ -23,6 +23,8 @@
 //! connection, and runs on a connection of its own, never on the append
 //! path. `docs/ARCHITECTURE.md` ("Usage rollups") explains the design.
 
+#![warn(missing_docs)]
+
 mod bucket;
 pub mod error;
 mod job;

@@ -47,7 +47,10 @@ pub const STATEMENT_TIMEOUT_MS: u64 = 30_000;
 /// The width of one point of the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
+    /// The finest of [`AUTO_STEPS`] that gives at most [`AUTO_POINTS`]
+    /// points and that a retained level can serve.
     Auto,
+    /// Points of this width: a whole number of minutes, hours or days.
     Every(Duration),
 }
 
@@ -104,10 +107,13 @@ impl FromStr for GroupBy {
 /// as "everything".
 #[derive(Debug, Clone)]
 pub struct UsageQuery {
+    /// The app whose usage to read.
     pub app: String,
     /// `[since, until)`.
     pub window: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// How to split the answer into series; `None` gives one series, `all`.
     pub by: Option<GroupBy>,
+    /// The width of each point.
     pub resolution: Resolution,
 }
 
@@ -122,8 +128,11 @@ impl UsageQuery {
 /// How long each level is kept, as the policy says (`None`: kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiers {
+    /// How long minute rows are kept.
     pub minutes: Option<Duration>,
+    /// How long hour rows are kept.
     pub hours: Option<Duration>,
+    /// How long day rows are kept.
     pub days: Option<Duration>,
 }
 
@@ -140,11 +149,17 @@ impl Tiers {
 /// What a query will read: one level, one aligned window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UsagePlan {
+    /// The level read: the coarsest whose buckets divide the resolution
+    /// and that is still kept at the window's start.
     pub level: Level,
+    /// The width of each point.
     #[serde(serialize_with = "serialize_duration")]
     pub resolution: Duration,
+    /// The window's start, floored to the resolution.
     pub since: DateTime<Utc>,
+    /// The window's end (exclusive), ceiled to the resolution.
     pub until: DateTime<Utc>,
+    /// Points in the window.
     pub points: i64,
 }
 
@@ -260,32 +275,47 @@ fn points_in(since: DateTime<Utc>, until: DateTime<Utc>, step: Duration) -> i64 
 /// Three quantiles from a merged sketch, `None` when it saw no value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Percentiles {
+    /// The median.
     pub p50: Option<f64>,
+    /// The 95th percentile.
     pub p95: Option<f64>,
+    /// The 99th percentile.
     pub p99: Option<f64>,
 }
 
 /// The figures of one point or one series' total.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UsageFigures {
+    /// Events counted.
     pub events: i64,
+    /// Events of kind error.
     pub errors: i64,
+    /// Payload sizes summed, in bytes.
     pub payload_bytes: i64,
+    /// The smallest payload, in bytes; `None` without events.
     pub payload_bytes_min: Option<i32>,
+    /// The largest payload, in bytes; `None` without events.
     pub payload_bytes_max: Option<i32>,
+    /// `usage_metadata.prompt_token_count` summed.
     pub prompt_tokens: i64,
+    /// `usage_metadata.candidates_token_count` summed.
     pub candidates_tokens: i64,
+    /// `usage_metadata.total_token_count` summed.
     pub total_tokens: i64,
     /// Exact decimal sum of `usage_metadata.cost`, as text.
     pub cost: Option<String>,
+    /// Milliseconds from the previous event of the same invocation.
     pub latency_ms: Percentiles,
+    /// Payload sizes, in bytes.
     pub payload_size: Percentiles,
-    /// Estimated distinct sessions and users (HyperLogLog).
+    /// Estimated distinct sessions (HyperLogLog).
     pub sessions: u64,
+    /// Estimated distinct users (HyperLogLog).
     pub users: u64,
 }
 
 impl UsageFigures {
+    /// The figures an aggregate's counts and sketches give.
     pub fn of(aggregate: &Aggregate) -> Self {
         let quantiles = |sketch: &crate::sketch::Quantiles| Percentiles {
             p50: sketch.quantile(0.50),
@@ -314,7 +344,9 @@ impl UsageFigures {
 /// One point of a series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UsagePoint {
+    /// The point's start, UTC.
     pub start: DateTime<Utc>,
+    /// The figures of the bucket that starts at `start`.
     #[serde(flatten)]
     pub figures: UsageFigures,
 }
@@ -324,6 +356,7 @@ pub struct UsagePoint {
 pub struct UsageSeries {
     /// `all`, the author, or the kind.
     pub group: String,
+    /// The series over the whole window, merged from the same rows.
     pub total: UsageFigures,
     /// Only points with events; missing points had none.
     pub points: Vec<UsagePoint>,
@@ -332,9 +365,13 @@ pub struct UsageSeries {
 /// The answer to a usage query.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UsageReport {
+    /// The app.
     pub app: String,
+    /// How series were split; `None`: one series, `all`.
     pub by: Option<GroupBy>,
+    /// What was read.
     pub plan: UsagePlan,
+    /// The series.
     pub series: Vec<UsageSeries>,
 }
 

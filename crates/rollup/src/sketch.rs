@@ -34,12 +34,29 @@ const QUANTILE_MIN_VALUE: f64 = 1.0e-9;
 /// A stored sketch that could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SketchError {
+    /// The value holds no byte at all.
     #[error("{column}: empty sketch")]
-    Empty { column: &'static str },
+    Empty {
+        /// The stored column it came from.
+        column: &'static str,
+    },
+    /// The first byte is not [`SKETCH_FORMAT`]: written by another build.
     #[error("{column}: sketch format {found} is not known (this build reads format {SKETCH_FORMAT})")]
-    UnknownFormat { column: &'static str, found: u8 },
+    UnknownFormat {
+        /// The stored column it came from.
+        column: &'static str,
+        /// Its first byte.
+        found: u8,
+    },
+    /// The bytes after the format byte do not decode, or decode to a
+    /// sketch of another configuration.
     #[error("{column}: {reason}")]
-    Corrupt { column: &'static str, reason: String },
+    Corrupt {
+        /// The stored column it came from.
+        column: &'static str,
+        /// What the decoder said.
+        reason: String,
+    },
 }
 
 fn payload<'a>(column: &'static str, bytes: &'a [u8]) -> Result<&'a [u8], SketchError> {
@@ -71,12 +88,15 @@ impl Default for Quantiles {
 }
 
 impl Quantiles {
+    /// Adds one value; a negative one counts as 0, and NaN or an infinity
+    /// is ignored.
     pub fn add(&mut self, value: f64) {
         if value.is_finite() {
             self.0.add(value.max(0.0));
         }
     }
 
+    /// Adds every value `other` saw.
     pub fn merge(&mut self, other: &Quantiles) {
         // Every sketch here is built from `config()` or decoded from bytes
         // it wrote, whose mapping decodes to the same configuration.
@@ -85,6 +105,7 @@ impl Quantiles {
         }
     }
 
+    /// How many values were added.
     pub fn count(&self) -> u64 {
         self.0.count() as u64
     }
@@ -94,6 +115,7 @@ impl Quantiles {
         self.0.quantile(q.clamp(0.0, 1.0)).ok().flatten()
     }
 
+    /// The stored form: [`SKETCH_FORMAT`], then the DDSketch bytes.
     pub fn encode(&self) -> Vec<u8> {
         // DataDog's optional version byte (2) is always written: without
         // it, an empty sketch starts with the index-mapping flag (also 2),
@@ -103,6 +125,8 @@ impl Quantiles {
         bytes
     }
 
+    /// Reads what [`Quantiles::encode`] wrote; `column` names the source
+    /// in errors.
     pub fn decode(column: &'static str, bytes: &[u8]) -> Result<Self, SketchError> {
         let sketch = DDSketch::from_java_bytes(payload(column, bytes)?)
             .map_err(|e| SketchError::Corrupt { column, reason: format!("{e:?}") })?;
@@ -140,28 +164,35 @@ impl Clone for Distinct {
 }
 
 impl Distinct {
+    /// Adds one value; adding it again changes nothing.
     pub fn add(&mut self, value: &str) {
         self.0.update_value(value);
     }
 
+    /// Adds every value `other` saw.
     pub fn merge(&mut self, other: &Distinct) {
         self.0.update(&other.0.to_sketch(HllType::Hll8));
     }
 
+    /// The estimated number of distinct values.
     pub fn estimate(&self) -> f64 {
         self.0.estimate()
     }
 
+    /// Whether no value was added.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The stored form: [`SKETCH_FORMAT`], then the HLL_4 bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = vec![SKETCH_FORMAT];
         bytes.extend(self.0.to_sketch(HllType::Hll4).serialize());
         bytes
     }
 
+    /// Reads what [`Distinct::encode`] wrote; `column` names the source in
+    /// errors.
     pub fn decode(column: &'static str, bytes: &[u8]) -> Result<Self, SketchError> {
         let sketch = HllSketch::deserialize(payload(column, bytes)?)
             .map_err(|e| SketchError::Corrupt { column, reason: e.to_string() })?;

@@ -83,7 +83,8 @@ const COORDINATOR_ONLY: &[&str] = &[
     "adk_user_hash",
 ];
 
-/// What the store looks like on Citus after [`distribute`].
+/// What the store looks like on Citus once a migrate distributed it
+/// ([`crate::citus_layout`] reads it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CitusLayout {
     /// Tables distributed by `user_id` (partitions of adk_events not counted).
@@ -95,7 +96,8 @@ pub struct CitusLayout {
     /// Worker nodes with shards.
     pub workers: i64,
     /// Whether the event trigger keeping other roles' functions and
-    /// operators out of the store's schema is installed ([`SCHEMA_GUARD`]);
+    /// operators out of the store's schema is installed
+    /// (`adk_guard_store_schema`);
     /// only a superuser can install it.
     pub schema_guarded: bool,
 }

@@ -27,14 +27,25 @@ pub const CREATE_STORE_UP_SQL: &str = include_str!("../migrations/2026-11-01-000
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MigrationError {
+    /// The database could not be reached (address, TLS, credentials or the
+    /// connect bound); nothing was applied.
     #[error("could not connect to run migrations: {0}")]
     Connect(#[source] diesel::ConnectionError),
+    /// Taking the migration lock, applying or reverting a migration, or
+    /// making the policy's event partitions failed; the message says which.
     #[error("migration failed: {0}")]
     Apply(String),
+    /// Installing the store's SQL functions (`crates/schema/sql`) after a
+    /// migrate, or dropping them after a revert, failed; the message names
+    /// the step.
     #[error("installing the store's functions (crates/schema/sql) failed: {0}")]
     Replaceable(String),
+    /// Creating the `citus` extension, distributing the store's tables and
+    /// functions, or reading their layout failed.
     #[error("distributing the store on Citus failed: {0}")]
     Citus(String),
+    /// The blocking task that drives diesel's synchronous harness panicked or
+    /// was cancelled.
     #[error("the migration task panicked or was cancelled: {0}")]
     Task(#[from] tokio::task::JoinError),
 }

@@ -154,7 +154,7 @@ pub(crate) fn drop_files_only(conn: &mut Wrapper) -> Result<(), MigrationError> 
     Ok(())
 }
 
-/// What [`install`] did.
+/// What installing the functions after a migrate did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Installed {
     /// The database held other text (or none): the files were run.

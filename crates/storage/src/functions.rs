@@ -30,6 +30,7 @@ use serde_json::Value;
 /// One SQL function as `pg_proc` should describe it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Signature {
+    /// The function's name, without schema.
     pub name: &'static str,
     /// Input arguments, in order: name and type as `format_type` spells it.
     pub arguments: &'static [(&'static str, &'static str)],
@@ -776,13 +777,16 @@ store_function! {
 #[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName, serde::Serialize)]
 #[diesel(check_for_backend(Pg))]
 pub struct ArchivedObject {
+    /// The app whose events the object holds.
     #[diesel(sql_type = Text)]
     pub app_name: String,
+    /// The partition day (UTC) the events were in.
     #[diesel(sql_type = diesel::sql_types::Date)]
     pub day: chrono::NaiveDate,
     /// `events` or `media`.
     #[diesel(sql_type = Text)]
     pub kind: String,
+    /// The object's number within its day and kind, from 0.
     #[diesel(sql_type = Integer)]
     pub part: i32,
     /// The object's key, relative to `destination`.
@@ -791,22 +795,29 @@ pub struct ArchivedObject {
     /// The archive URL the object was written to.
     #[diesel(sql_type = Text)]
     pub destination: String,
+    /// Rows the object holds.
     #[diesel(sql_type = BigInt)]
     pub rows: i64,
+    /// The object's size in bytes.
     #[diesel(sql_type = BigInt)]
     pub bytes: i64,
+    /// SHA-256 of the object's bytes, checked when it was read back.
     #[diesel(sql_type = Bytea)]
     #[serde(serialize_with = "serialize_hex")]
     pub sha256: Vec<u8>,
+    /// The archive format it was written in (`adk_postgres_archive::format`).
     #[diesel(sql_type = Integer)]
     pub format_version: i32,
     /// Events the day held for the app when it was archived.
     #[diesel(sql_type = BigInt)]
     pub day_events: i64,
+    /// When it was recorded in the catalog.
     #[diesel(sql_type = Timestamptz)]
     pub archived_at: DateTime<Utc>,
+    /// The role that archived it.
     #[diesel(sql_type = Text)]
     pub archived_by: String,
+    /// When it was read back and checked.
     #[diesel(sql_type = Timestamptz)]
     pub verified_at: DateTime<Utc>,
 }

@@ -34,6 +34,8 @@
 //! (labels `operation`, `kind`) through the `metrics` facade, into whatever
 //! recorder the service installed; without one, nothing is kept.
 
+#![warn(missing_docs)]
+
 mod conn;
 pub mod policy;
 pub mod pool;

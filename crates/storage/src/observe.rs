@@ -36,27 +36,46 @@ pub const OK: &str = "ok";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
+    /// `SessionStore::create`.
     Create,
+    /// `SessionStore::get`.
     Get,
+    /// `SessionStore::list`.
     List,
+    /// `SessionStore::delete`.
     Delete,
+    /// `SessionStore::append`.
     Append,
+    /// `SessionStore::rollover`.
     Rollover,
+    /// `SessionStore::find_by_id`.
     FindById,
+    /// `SessionStore::rewind`.
     Rewind,
+    /// `SessionStore::set_metadata`.
     SetMetadata,
+    /// `SessionStore::erase_user`.
     EraseUser,
+    /// `SessionStore::fork`.
     Fork,
+    /// `SessionStore::redact_event`.
     RedactEvent,
+    /// `SessionStore::get_user_state`.
     GetUserState,
+    /// `SessionStore::get_app_state`.
     GetAppState,
+    /// `SessionStore::merge_user_state`.
     MergeUserState,
+    /// `SessionStore::merge_app_state`.
     MergeAppState,
+    /// `SessionStore::list_events`.
     ListEvents,
+    /// `SessionStore::list_app_sessions`.
     ListAppSessions,
 }
 
 impl Operation {
+    /// Every operation, each once, in the order of the `SessionStore` trait.
     pub const ALL: [Operation; 18] = [
         Self::Create,
         Self::Get,

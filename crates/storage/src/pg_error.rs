@@ -28,16 +28,23 @@ pub enum PgFailure {
     /// A row routed to a partition that does not exist; the day, when the
     /// server named it.
     PartitionMissing {
+        /// The row's `session_day`; `None` when the server withheld it.
         day: Option<NaiveDate>,
     },
     /// A CHECK constraint (named) refused the row.
     CheckViolation {
+        /// The constraint's name, such as `adk_sessions_session_id_sane`;
+        /// empty when the server named none.
         constraint: String,
     },
+    /// A NOT NULL constraint refused the row (23502).
     NotNullViolation {
+        /// The constraint's name; empty when the server named none.
         constraint: String,
     },
+    /// A unique constraint already holds the key (23505).
     UniqueViolation {
+        /// The constraint's name; empty when the server named none.
         constraint: String,
     },
     /// The connection is gone or the server is shutting down or starting.

@@ -44,7 +44,9 @@ pub use adk_postgres_domain::policy::{MAX_USAGE_LATENESS, MIN_USAGE_LATENESS, Us
 /// The whole policy row: the store's policy and the usage rollups' tiers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySettings {
+    /// Session lifetime, retention, default TTL and premade days.
     pub store: StorePolicy,
+    /// The usage rollups' lateness window and tier retention.
     pub usage: UsagePolicy,
 }
 
@@ -59,13 +61,19 @@ impl PolicySettings {
 /// A partial change of the policy: `None` keeps the current value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyAmendment {
+    /// A new [`StorePolicy::max_session_lifetime`].
     pub max_session_lifetime: Option<Duration>,
+    /// A new [`StorePolicy::retention`].
     pub retention: Option<Duration>,
     /// `Some(None)` removes the default TTL.
     pub default_ttl: Option<Option<Duration>>,
+    /// A new [`StorePolicy::premake_days`].
     pub premake_days: Option<u32>,
+    /// A new [`UsagePolicy::lateness`].
     pub usage_lateness: Option<Duration>,
+    /// A new [`UsagePolicy::minute_retention`].
     pub usage_minute_retention: Option<Duration>,
+    /// A new [`UsagePolicy::hour_retention`].
     pub usage_hour_retention: Option<Duration>,
     /// `Some(None)` keeps day rows for ever.
     pub usage_day_retention: Option<Option<Duration>>,
@@ -108,11 +116,15 @@ impl PolicyAmendment {
 /// included), intervals as PostgreSQL prints them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyChange {
+    /// The change's number, assigned in increasing order.
     pub change_id: i64,
+    /// When the changing transaction started (`now()`).
     pub changed_at: DateTime<Utc>,
     /// The database role that made the change (`current_user`).
     pub changed_by: String,
+    /// The whole row before, as JSON.
     pub before: Value,
+    /// The whole row after, as JSON.
     pub after: Value,
 }
 

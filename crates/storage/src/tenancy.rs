@@ -46,27 +46,49 @@ pub static STORE_FUNCTIONS: std::sync::LazyLock<Vec<&'static str>> =
 pub enum ServiceRoleError {
     /// A role name, app name or password was refused; `field` names which.
     #[error("invalid {field}: {reason}")]
-    InvalidInput { field: &'static str, reason: String },
+    InvalidInput {
+        /// `role`, `app` or `password`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Row-level security would not restrict the role, so binding it to
     /// apps would promise an isolation it does not have.
     #[error(
         "role {role} is exempt from row-level security (superuser, BYPASSRLS or owner of the tables); \
          the service must run as a role that is none of these"
     )]
-    Unrestricted { role: String },
+    Unrestricted {
+        /// The role.
+        role: String,
+    },
+    /// Another session dropped the role right after this setup created it.
     #[error("role {role} was dropped while being set up")]
-    Dropped { role: String },
+    Dropped {
+        /// The role.
+        role: String,
+    },
+    /// A store table or function is missing: run the migrations first.
     #[error("the database is not migrated: {0}")]
     NotMigrated(String),
     /// A grant kept waiting for its lock past the lock timeout on every
     /// attempt; the store's traffic never queued behind it for longer.
     #[error("gave up after {attempts} attempts waiting for a lock: {statement}")]
-    LockTimeout { statement: String, attempts: u32 },
+    LockTimeout {
+        /// The statement that waited.
+        statement: String,
+        /// How many times it was tried.
+        attempts: u32,
+    },
+    /// The database could not be reached or refused the connection.
     #[error("could not connect: {0}")]
     Connect(#[from] diesel::ConnectionError),
+    /// A statement failed; `context` says what it was doing.
     #[error("{context}: {source}")]
     Query {
+        /// What the statement was doing.
         context: String,
+        /// diesel's error.
         #[source]
         source: diesel::result::Error,
     },
@@ -98,17 +120,21 @@ pub struct ServiceRoleOptions {
     pub create: bool,
     /// Set (or change) its password. Only its SCRAM verifier is sent.
     pub password: Option<String>,
+    /// Which apps it may act for afterwards.
     pub apps: AppBinding,
 }
 
 /// The apps a role is bound to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RoleBindings {
+    /// Bound to every app, present and future.
     pub all_apps: bool,
+    /// The apps it is bound to by name.
     pub apps: Vec<String>,
 }
 
 impl RoleBindings {
+    /// Whether the role may act for no app at all.
     pub fn is_empty(&self) -> bool {
         !self.all_apps && self.apps.is_empty()
     }
@@ -127,13 +153,17 @@ impl std::fmt::Display for RoleBindings {
 /// What setting the role up did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ServiceRoleReport {
+    /// The role set up.
     pub role: String,
+    /// Whether this setup created it.
     pub created: bool,
+    /// Whether this setup set its password.
     pub password_set: bool,
     /// The functions it may execute.
     pub granted: Vec<String>,
     /// Apps bound or unbound by this setup; `None` stands for every app.
     pub bound: Vec<Option<String>>,
+    /// Apps unbound by this setup; `None` stands for every app.
     pub unbound: Vec<Option<String>>,
     /// The role's bindings once setup committed.
     pub bindings: RoleBindings,
@@ -176,8 +206,10 @@ impl std::fmt::Display for ServiceRoleReport {
 /// One change to a role's bindings, as the log recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, QueryableByName)]
 pub struct BindingChange {
+    /// When the change's transaction started.
     #[diesel(sql_type = Timestamptz)]
     pub changed_at: DateTime<Utc>,
+    /// The login role (`session_user`) that made the change.
     #[diesel(sql_type = Text)]
     pub changed_by: String,
     /// `None`: the every-app binding.
@@ -191,7 +223,9 @@ pub struct BindingChange {
 /// A role as `adk-pg service-role NAME --show` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ServiceRoleView {
+    /// The role.
     pub role: String,
+    /// The apps it may act for now.
     pub bindings: RoleBindings,
     /// Newest first.
     pub changes: Vec<BindingChange>,

@@ -20,8 +20,11 @@ const STATE_SIZE_WATCH: i64 = 48 * 1024;
 /// A card's colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tone {
+    /// Nothing to do.
     Green,
+    /// Halfway to an alert, or something status reports without alerting.
     Amber,
+    /// `adk-pg status` alerts in this area.
     Red,
     /// The figures could not be read.
     Unknown,
@@ -30,6 +33,7 @@ pub enum Tone {
 }
 
 impl Tone {
+    /// The CSS class and `data-state` value of its card.
     pub fn name(self) -> &'static str {
         match self {
             Tone::Green => "green",
@@ -46,10 +50,15 @@ impl Tone {
 pub struct Card {
     /// `data-area`: the alert area's name, or the fact's.
     pub key: &'static str,
+    /// The heading.
     pub title: &'static str,
+    /// Its colour.
     pub tone: Tone,
+    /// The headline figure.
     pub value: String,
+    /// The line under it.
     pub caption: String,
+    /// Further figures, as (label, value).
     pub details: Vec<(String, String)>,
     /// The alerts (red), or why it is amber.
     pub notes: Vec<String>,

@@ -22,9 +22,13 @@ use crate::view::DashboardQuery;
 /// Everything the page shows.
 #[derive(Debug)]
 pub struct PageModel<'a> {
+    /// The health cards' and the timeline's figures.
     pub ops: &'a OpsSnapshot,
+    /// The latest runs.
     pub history: &'a History,
+    /// The usage section.
     pub usage: &'a UsageView,
+    /// What the URL asked for.
     pub query: &'a DashboardQuery,
     /// The database as the page names it (no password).
     pub database: &'a str,

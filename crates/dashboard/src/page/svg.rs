@@ -18,8 +18,11 @@ const BOTTOM: f64 = 34.0;
 /// The x axis: `points` buckets of `step` from `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeAxis {
+    /// The first bucket's start.
     pub start: DateTime<Utc>,
+    /// Each bucket's width.
     pub step: Duration,
+    /// How many buckets.
     pub points: usize,
 }
 
@@ -50,8 +53,11 @@ pub struct Series {
     /// Drawn dashed (lines only), so a line that runs along another
     /// still shows.
     pub dashed: bool,
+    /// The legend's label.
     pub name: String,
+    /// A CSS colour.
     pub color: &'static str,
+    /// One value per bucket of the axis.
     pub values: Vec<Option<f64>>,
 }
 
@@ -60,6 +66,7 @@ pub struct Series {
 pub enum Kind {
     /// Bars, stacked in series order.
     Bars,
+    /// A line per series.
     Lines,
 }
 
@@ -68,10 +75,13 @@ pub enum Kind {
 pub struct Chart<'a> {
     /// A stable id (`data-chart`), for tests and anchors.
     pub id: &'a str,
+    /// Bars or lines.
     pub kind: Kind,
     /// What the y axis counts, e.g. "events per 5m" or "ms".
     pub y_label: &'a str,
+    /// The time axis.
     pub axis: TimeAxis,
+    /// What to draw, in legend order.
     pub series: Vec<Series>,
 }
 

@@ -22,6 +22,7 @@ pub enum DayState {
     /// A past day past lifetime plus retention whose partition is still
     /// attached: kept for a live session, or maintenance is behind.
     Overdue,
+    /// Today, with its partition.
     Today,
     /// A future day with its partition.
     Premade,
@@ -34,6 +35,7 @@ pub enum DayState {
 }
 
 impl DayState {
+    /// The `data-state` value of its cell.
     pub fn name(self) -> &'static str {
         match self {
             DayState::Retained => "retained",

@@ -22,10 +22,14 @@ use adk_postgres_operations::LockPolicy;
 /// What a conversion would do now: the `--dry-run` output.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConvertPlan {
+    /// The first day (UTC) of the new partitions; the legacy partition
+    /// holds every day before it.
     pub cutover: NaiveDate,
+    /// The schema holding `adk_events`.
     pub schema: String,
     /// Nothing left to do.
     pub already_converted: bool,
+    /// The steps still to run, in order.
     pub steps: Vec<ConvertStep>,
 }
 

@@ -35,38 +35,60 @@ pub struct ConvertOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ConvertProgress {
+    /// A step began.
     StepStarted {
+        /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
         number: usize,
+        /// Which step.
         kind: StepKind,
+        /// What it does.
         title: &'static str,
     },
     /// A concurrent index build, sampled from `pg_stat_progress_create_index`
     /// every ~200 ms.
     IndexBuild {
+        /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
         number: usize,
+        /// The index being built.
         index: String,
+        /// The build's phase, as the progress view names it.
         phase: String,
+        /// Blocks processed in this phase.
         blocks_done: i64,
+        /// Blocks this phase will process.
         blocks_total: i64,
+        /// Tuples processed in this phase.
         tuples_done: i64,
+        /// Tuples this phase will process.
         tuples_total: i64,
     },
     /// A validation scan (no progress view exists for those): how long it
     /// has run and what it waits on, if anything.
     Validating {
+        /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
         number: usize,
+        /// The `VALIDATE CONSTRAINT` statement.
         statement: String,
+        /// Milliseconds since it started.
         elapsed_ms: u64,
+        /// What its backend waits on, as `wait_event_type:wait_event`;
+        /// `None` while it is not waiting.
         wait_event: Option<String>,
     },
     /// An INVALID index left by an interrupted build was dropped.
     DroppedInvalidIndex {
+        /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
         number: usize,
+        /// The index dropped.
         index: String,
     },
+    /// A step completed.
     StepFinished {
+        /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
         number: usize,
+        /// Which step.
         kind: StepKind,
+        /// How long it took, in milliseconds.
         elapsed_ms: u64,
     },
 }
@@ -74,17 +96,22 @@ pub enum ConvertProgress {
 /// One step a run performed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StepReport {
+    /// The step's number, as [`ConvertStep::number`](super::ConvertStep::number).
     pub number: usize,
+    /// Which step.
     pub kind: StepKind,
+    /// How long it took, in milliseconds.
     pub elapsed_ms: u64,
 }
 
 /// What one run did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConvertReport {
+    /// The first day (UTC) of the new partitions.
     pub cutover: NaiveDate,
     /// There was nothing to do.
     pub already_converted: bool,
+    /// The steps this run performed, in order.
     pub steps: Vec<StepReport>,
     /// The run stopped because of `stop_after`; steps remain.
     pub stopped_early: bool,

@@ -11,21 +11,36 @@ use super::layout::{BASELINE_VERSION, MIGRATIONS_TABLE};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
+    /// \[1\] `session_day` with a constant default on both tables, in one
+    /// transaction: no rewrite, no scan.
     AddSessionDay,
+    /// \[3\] Builds `adk_sessions_key_day` concurrently.
     SessionsKeyDayIndex,
+    /// \[3\] Promotes `adk_sessions_key_day` to a unique constraint.
     SessionsKeyDayConstraint,
+    /// \[3\] Builds `adk_sessions_day` concurrently.
     SessionsDayIndex,
+    /// \[3\] Builds the legacy events' future primary key concurrently.
     EventsKeyIndex,
+    /// \[3\] Builds the legacy events' future event-id key concurrently.
     EventsEventIdIndex,
+    /// \[3\] Adds and validates the legacy range CHECK and the parent's CHECKs.
     EventsChecks,
+    /// \[3\] Adds and validates the foreign key carrying `session_day`.
     EventsForeignKey,
+    /// \[4\] Swaps in the partitioned parent and attaches the legacy table as
+    /// a partition, in one short transaction.
     Swap,
+    /// \[5\] Gives new sessions today's UTC day, so today's partition.
     SessionsDefault,
+    /// Records migration 000001 as applied in diesel's table.
     RecordBaseline,
+    /// Applies the remaining migrations.
     ApplyMigrations,
 }
 
 impl StepKind {
+    /// Every step, in the order a conversion runs them.
     pub const ALL: [StepKind; 12] = [
         StepKind::AddSessionDay,
         StepKind::SessionsKeyDayIndex,
@@ -58,6 +73,7 @@ impl StepKind {
         }
     }
 
+    /// One line saying what the step does, as the plan prints it.
     pub fn title(self) -> &'static str {
         match self {
             Self::AddSessionDay => "add session_day with a constant default to adk_sessions and adk_events",
@@ -122,9 +138,11 @@ impl Action {
 pub struct ConvertStep {
     /// Position in [`StepKind::ALL`], from 1; stable across runs.
     pub number: usize,
+    /// Which step.
     pub kind: StepKind,
     /// The step of the partitioning guide (1, 3, 4, 5; 0 for bookkeeping).
     pub guide_step: u8,
+    /// What it does, as [`StepKind::title`].
     pub title: &'static str,
     /// The statements, in order. A statement holding several `;`-separated
     /// commands runs as one transaction.

@@ -25,6 +25,7 @@ pub enum AlertArea {
 }
 
 impl AlertArea {
+    /// Every area, in the order the dashboard shows their cards.
     pub const ALL: [AlertArea; 6] = [
         AlertArea::Partitions,
         AlertArea::Maintenance,
@@ -77,8 +78,10 @@ pub enum Severity {
 }
 
 impl Severity {
+    /// Both severities, the milder first.
     pub const ALL: [Severity; 2] = [Severity::Warning, Severity::Critical];
 
+    /// A stable machine name (metric labels, HTML attributes).
     pub fn name(self) -> &'static str {
         match self {
             Severity::Warning => "warning",
@@ -104,6 +107,7 @@ pub enum Check {
     /// On Citus, a node holding sessions has fewer future days' shards than
     /// the threshold.
     NodePartitionsAhead,
+    /// No maintenance run has succeeded yet.
     MaintenanceNeverRun,
     /// The last successful maintenance run is older than the threshold.
     MaintenanceStale,
@@ -128,6 +132,7 @@ pub enum Check {
 }
 
 impl Check {
+    /// The area this rule is about.
     pub fn area(self) -> AlertArea {
         match self {
             Check::TodayPartition | Check::PartitionsAhead | Check::NodePartitionsAhead => AlertArea::Partitions,
@@ -146,17 +151,23 @@ impl Check {
 /// status` prints for it (after `ALERT: `).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Alert {
+    /// The rule that fired.
     pub check: Check,
+    /// Its area, as [`Check::area`].
     pub area: AlertArea,
+    /// How bad it is.
     pub severity: Severity,
+    /// The line `adk-pg status` prints.
     pub message: String,
 }
 
 impl Alert {
+    /// A [`Severity::Warning`] alert of `check`.
     pub fn warning(check: Check, message: impl Into<String>) -> Self {
         Self { check, area: check.area(), severity: Severity::Warning, message: message.into() }
     }
 
+    /// A [`Severity::Critical`] alert of `check`.
     pub fn critical(check: Check, message: impl Into<String>) -> Self {
         Self { check, area: check.area(), severity: Severity::Critical, message: message.into() }
     }

@@ -53,37 +53,53 @@ pub struct IndexOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum IndexProgress {
+    /// The run holds its lock and has listed the partitions.
     Started {
+        /// The index on the parent.
         index: String,
+        /// Partitions to cover.
         partitions: usize,
     },
     /// The (invalid until complete) index on the parent alone was created.
     ParentCreated {
+        /// The index on the parent.
         index: String,
     },
     /// The partition already has its index attached.
     PartitionSkipped {
+        /// The partition.
         partition: String,
+        /// The partition's own index, as [`child_index_name`] names it.
         child_index: String,
     },
     /// An INVALID leftover of an interrupted build was dropped.
     DroppedInvalid {
+        /// The index dropped.
         child_index: String,
     },
     /// A concurrent build is running; sampled every ~200 ms.
     Building {
+        /// The partition.
         partition: String,
+        /// The partition's own index, as [`child_index_name`] names it.
         child_index: String,
+        /// The latest sample.
         progress: BuildProgress,
     },
     /// The partition's index is built (or was found built) and attached.
     Attached {
+        /// The partition.
         partition: String,
+        /// The partition's own index, as [`child_index_name`] names it.
         child_index: String,
+        /// How long building and attaching it took, in milliseconds.
         elapsed_ms: u64,
     },
+    /// The run ended.
     Finished {
+        /// The index on the parent.
         index: String,
+        /// Whether the parent index is valid: every partition has it.
         valid: bool,
     },
 }
@@ -91,7 +107,9 @@ pub enum IndexProgress {
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct IndexReport {
+    /// The index on the parent.
     pub index: String,
+    /// Its columns, in order.
     pub columns: Vec<String>,
     /// The parent index was created by this run.
     pub parent_created: bool,
@@ -110,6 +128,7 @@ pub struct IndexReport {
     pub parent_valid: bool,
     /// The run stopped early because of `stop_after_partitions`.
     pub stopped_early: bool,
+    /// How long the run took, in milliseconds.
     pub elapsed_ms: u64,
 }
 

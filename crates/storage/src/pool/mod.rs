@@ -55,10 +55,12 @@ impl PgPool {
         }
     }
 
+    /// How many connections the pool holds and how many are idle.
     pub fn state(&self) -> bb8::State {
         self.inner.state()
     }
 
+    /// Most connections the pool opens.
     pub fn max_size(&self) -> u32 {
         self.max_size
     }
@@ -129,8 +131,12 @@ impl Default for PoolConfig {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckoutError {
+    /// Every connection stayed busy for the pool's `connection_timeout`
+    /// (the duration); retryable.
     #[error("no database connection within {0:?} (connection_timeout)")]
     TimedOut(Duration),
+    /// Opening a new connection failed; retryable when the
+    /// [`ConnectError`] is.
     #[error("no database connection: {0}")]
     Connect(Arc<ConnectError>),
 }
@@ -166,8 +172,16 @@ impl bb8::ErrorSink<ConnectError> for ConnectFailures {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PoolBuildError {
+    /// A [`PoolConfig`] field is out of range; nothing was opened.
     #[error("invalid pool configuration: {field}: {reason}")]
-    InvalidConfig { field: &'static str, reason: String },
+    InvalidConfig {
+        /// The field at fault, such as `max_size`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The connection string was refused, or the first connection could not
+    /// be opened in time.
     #[error("could not open the first connection: {0}")]
     Connect(#[source] Arc<ConnectError>),
 }
@@ -202,6 +216,7 @@ pub struct StoreConnections {
 }
 
 impl StoreConnections {
+    /// How each connection is opened, the pool's server settings included.
     pub fn connect_config(&self) -> &ConnectConfig {
         &self.connect
     }

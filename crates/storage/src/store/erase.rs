@@ -113,15 +113,19 @@ impl From<EraseOutcome> for EraseStep {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct EraseProgress {
+    /// What this batch did.
     pub step: EraseStep,
     /// Rows this batch marked or deleted: never more than the batch size.
     pub affected: u64,
     /// Batches this run has sent, this one included.
     pub batch: u64,
-    /// The erasure's totals so far, an interrupted earlier run's included.
+    /// Sessions deleted so far, an interrupted earlier run's included.
     pub sessions: u64,
+    /// Events deleted so far, likewise.
     pub events: u64,
+    /// Usage rollup invocation tails deleted so far, likewise.
     pub usage_tails: u64,
+    /// Whether user state was found and deleted so far.
     pub user_state: bool,
 }
 
@@ -148,15 +152,18 @@ impl std::fmt::Display for EraseProgress {
 /// What an erasure removed, or for a dry run, would remove.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErasureReport {
+    /// The app the user was erased from.
     pub app_name: String,
     /// Hex SHA-256 of the user id, as the audit record keeps it.
     pub user_hash: String,
+    /// Whether nothing was deleted: the figures are what a run would delete.
     pub dry_run: bool,
     /// The audit record (`adk_user_erasures.erasure_id`). For a dry run, the
     /// user's interrupted erasure that a real run would resume, if any.
     pub erasure_id: Option<i64>,
     /// Sessions deleted (expired ones too), by this erasure's runs so far.
     pub sessions: u64,
+    /// Events deleted with them, likewise.
     pub events: u64,
     /// Whether the user had user state, now deleted.
     pub user_state: bool,

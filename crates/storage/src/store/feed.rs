@@ -137,18 +137,42 @@ impl Stream for EventFeed {
 #[non_exhaustive]
 pub enum AppNotice {
     /// A session was created (by create, or as a rollover's successor).
-    SessionCreated { key: SessionKey },
+    SessionCreated {
+        /// The session.
+        key: SessionKey,
+    },
     /// An event was stored with this seq.
-    EventAppended { key: SessionKey, seq: u64 },
+    EventAppended {
+        /// The session.
+        key: SessionKey,
+        /// The event's sequence number.
+        seq: u64,
+    },
     /// A session was closed by a rollover.
-    SessionClosed { key: SessionKey },
+    SessionClosed {
+        /// The session.
+        key: SessionKey,
+    },
     /// A session was rewound to `seq` events.
-    SessionRewound { key: SessionKey, seq: u64 },
+    SessionRewound {
+        /// The session.
+        key: SessionKey,
+        /// The events it kept; later seqs no longer exist.
+        seq: u64,
+    },
     /// The event at `seq` was redacted (`redact_event`): what was read of
     /// it before is no longer what the store holds; read it again.
-    EventRedacted { key: SessionKey, seq: u64 },
+    EventRedacted {
+        /// The session.
+        key: SessionKey,
+        /// The redacted event's sequence number.
+        seq: u64,
+    },
     /// A session was deleted (by delete, expiry or retention).
-    SessionDeleted { key: SessionKey },
+    SessionDeleted {
+        /// The session.
+        key: SessionKey,
+    },
     /// The feed's connection was lost and is listening again: notices sent
     /// in between were lost. Re-read whatever you follow.
     Reconnected,
@@ -167,6 +191,7 @@ pub struct AppFeed {
 }
 
 impl AppFeed {
+    /// The app this feed follows.
     pub fn app(&self) -> &AppName {
         &self.app
     }

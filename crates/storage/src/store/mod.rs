@@ -129,6 +129,8 @@ fn to_json(state: State) -> Value {
 }
 
 impl PgSessionStore {
+    /// A store on `pool`, acting as the connecting role for every app
+    /// ([`TenantScope::Off`]) and without a separate change feed URL.
     pub fn new(pool: PgPool, config: StoreConfig) -> Self {
         #[cfg(feature = "metrics")]
         crate::observe::describe_metrics();
@@ -168,6 +170,7 @@ impl PgSessionStore {
         self
     }
 
+    /// Which app each call names to the database.
     pub fn tenant_scope(&self) -> &TenantScope {
         &self.tenant
     }
@@ -219,10 +222,12 @@ impl PgSessionStore {
         tokio::time::timeout(bound, call).await.unwrap_or_else(|_elapsed| Err(no_answer(bound)))
     }
 
+    /// The pool the store's operations run on.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
+    /// The client's settings: default TTL, lifetime, media offload size.
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }
