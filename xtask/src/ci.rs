@@ -1,6 +1,7 @@
 //! `ci`: everything CI checks, in the order that fails cheapest first.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use crate::citus;
 use crate::flags::Citus;
@@ -22,32 +23,46 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let total = CHECKS.len() + 1;
     for (step, (title, args)) in CHECKS.iter().enumerate() {
         header(step + 1, total, title, &args.join(" "));
+        let began = Instant::now();
         let status = cargo().args(*args).status()?;
+        took(title, began);
         if !status.success() {
             eprintln!("\nci: {title} failed");
             return Ok(exit_code(status));
         }
     }
     header(total, total, "tests", "xtask test, then xtask citus test and citus bench --quick");
+    let began = Instant::now();
     let code = test::run(&[])?;
+    took("tests", began);
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: tests failed");
         return Ok(code);
     }
     // The same store on a coordinator and two workers; Citus is built from
     // vendor/citus/ on a machine without it.
+    let began = Instant::now();
     let code = citus::run(Citus::Test { args: Vec::new() })?;
+    took("the Citus tests", began);
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: the Citus tests failed");
         return Ok(code);
     }
     // A smoke run of the Citus comparison, on the release build the
     // benchmark smoke test made: every workload runs, nothing is timed.
+    let began = Instant::now();
     let code = citus::run(Citus::Bench { args: vec!["--quick".into()] })?;
+    took("the Citus benchmark smoke test", began);
     if code != ExitCode::SUCCESS {
         eprintln!("\nci: the Citus benchmark smoke test failed");
     }
     Ok(code)
+}
+
+/// CI has a time limit, and every step adds to it: each says what it cost,
+/// so the log shows where the minutes go.
+fn took(title: &str, began: Instant) {
+    eprintln!("==> {title}: {:.0} s", began.elapsed().as_secs_f64());
 }
 
 fn header(step: usize, total: usize, title: &str, command: &str) {
