@@ -39,8 +39,13 @@ fn children_cpu() -> Option<Duration> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // Fields 16 (cutime) and 17 (cstime) of proc(5); `rest` starts at field 3.
     let ticks = fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?;
+    Some(from_clock_ticks(ticks))
+}
+
+/// `/proc`'s clock ticks (1/CLK_TCK of a second) as a duration.
+fn from_clock_ticks(ticks: u64) -> Duration {
     let per_second = rustix::param::clock_ticks_per_second().max(1);
-    Some(Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / per_second))
+    Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / per_second)
 }
 
 /// The share of one core the bench process burns while it has nothing to
@@ -72,12 +77,7 @@ impl MachineClock {
             stat.lines().next()?.split_whitespace().skip(1).map_while(|field| field.parse().ok()).collect();
         // user nice system idle iowait irq softirq steal: all but idle and iowait.
         let ticks: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum();
-        let per_second = rustix::param::clock_ticks_per_second().max(1);
-        Some(Self {
-            busy: Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / per_second),
-            process: CpuClock::now().own,
-            at: std::time::Instant::now(),
-        })
+        Some(Self { busy: from_clock_ticks(ticks), process: CpuClock::now().own, at: std::time::Instant::now() })
     }
 
     /// Cores kept busy by everything but the bench process since
@@ -93,4 +93,14 @@ impl MachineClock {
         let process = self.process.saturating_sub(earlier.process).as_secs_f64();
         (busy - process).max(0.0) / wall
     }
+}
+
+/// What the reads sections (full run and `--reads`) note, in the same words
+/// so the two compare: the cores busy beside the bench since `began`.
+pub fn busy_beside_note(began: Option<MachineClock>) -> Option<String> {
+    let (began, ended) = (began?, MachineClock::now()?);
+    Some(format!(
+        "reads: beside the bench process, {:.2} cores were busy on average (the server answering it included)",
+        ended.others_since(&began)
+    ))
 }

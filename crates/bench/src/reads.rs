@@ -264,12 +264,7 @@ pub async fn measure(server: &Server, today: NaiveDate, plan: ReadsPlan) -> anyh
         }
     }
 
-    if let (Some(began), Some(ended)) = (rounds_began, MachineClock::now()) {
-        // The full run notes the same figure over its reads, to compare.
-        let note = format!(
-            "reads: beside the bench process, {:.2} cores were busy on average (the server answering it included)",
-            ended.others_since(&began)
-        );
+    if let Some(note) = crate::cpu::busy_beside_note(rounds_began) {
         log(&note);
         notes.push(note);
     }

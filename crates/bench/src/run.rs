@@ -227,13 +227,8 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let idle = crate::cpu::idle_share(Duration::from_secs(3)).await;
     let reads_began = MachineClock::now();
     bench.reads(&coordinates).await?;
-    if let (Some(began), Some(ended)) = (reads_began, MachineClock::now()) {
-        let note = format!(
-            "reads: beside the bench process, {:.2} cores were busy on average (the server answering it included); \
-             the bench process idle just before: {:.1}% of a core",
-            ended.others_since(&began),
-            idle * 100.0
-        );
+    if let Some(busy) = crate::cpu::busy_beside_note(reads_began) {
+        let note = format!("{busy}; the bench process idle just before: {:.1}% of a core", idle * 100.0);
         log(&note);
         bench.notes.push(note);
     }
