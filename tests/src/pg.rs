@@ -127,30 +127,16 @@ pub async fn explain(client: &Client, sql: &str) -> String {
     rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
 }
 
-/// A PostgreSQL client program (pg_dump, psql, pgbench) from the server's
-/// installation: `pg_config --bindir` first, else the newest
-/// `/usr/lib/postgresql/*/bin`, else whatever `PATH` finds.
+/// A PostgreSQL client program (pg_dump, psql, pgbench) from the server
+/// binaries the harness starts its clusters from (`ADK_PG_SERVER_BIN_DIR`,
+/// else `pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`),
+/// else whatever `PATH` finds: a pg_dump older than the server refuses it.
 pub fn server_binary(name: &str) -> std::path::PathBuf {
-    use std::path::PathBuf;
-    let from_pg_config = std::process::Command::new("pg_config")
-        .arg("--bindir")
-        .output()
+    adk_postgres_testing::find_server_binaries()
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
         .map(|dir| dir.join(name))
-        .filter(|p| p.exists());
-    let versioned = || {
-        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .flatten()
-            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin").join(name))))
-            .filter(|(_, p)| p.exists())
-            .collect();
-        versions.sort();
-        versions.pop().map(|(_, p)| p)
-    };
-    from_pg_config.or_else(versioned).unwrap_or_else(|| PathBuf::from(name))
+        .filter(|path| path.exists())
+        .unwrap_or_else(|| std::path::PathBuf::from(name))
 }
 
 /// The pid of a backend of this test's database that waits on a lock and

@@ -1,5 +1,7 @@
 //! The command line.
 
+use std::path::PathBuf;
+
 use anyhow::bail;
 
 pub const USAGE: &str = "\
@@ -13,8 +15,11 @@ cargo xtask <command>
   db psql [ARGS] open psql on it
   migrate        apply pending migrations to $DATABASE_URL, else to the developer cluster
   schema         regenerate crates/schema/src/tables.rs from a freshly migrated database
-  test [ARGS]    run the workspace tests on a throwaway cluster; ARGS go to
-                 `cargo nextest run` (or `cargo test` without nextest), e.g. `-- -p adk-postgres-testing`
+  test [--server-bin-dir DIR] [ARGS]
+                 run the workspace tests on a throwaway cluster; ARGS go to
+                 `cargo nextest run` (or `cargo test` without nextest), e.g. `-- -p adk-postgres-testing`;
+                 DIR (absolute) holds the server binaries to use instead of the default ones,
+                 e.g. another PostgreSQL version's (docs/testing.md)
   bench [ARGS]   benchmarks against the raw-SQL floor (pgbench) and adk-session's
                  PostgresSessionService on a throwaway durable cluster (or $DATABASE_URL);
                  `--quick` for a smoke run; table on stdout, JSON in target/bench/
@@ -28,7 +33,8 @@ cargo xtask <command>
                  single server, with the statements and round trips of each and the workers
                  a call touches; figures indicative only (every node shares this machine);
                  `--quick` for a smoke run; table on stdout, JSON in target/bench/citus.json
-  ci             what CI runs: fmt, clippy, the testcontainers build, test, then citus test
+  ci             what CI runs: fmt, clippy, the testcontainers build, test, citus test, then
+                 test on PostgreSQL 18 (from the venv .ci/run makes; skipped without it off CI)
 ";
 
 #[derive(Debug)]
@@ -37,7 +43,7 @@ pub enum Command {
     Demo { args: Vec<String> },
     Migrate,
     Schema,
-    Test { args: Vec<String> },
+    Test { server_bin_dir: Option<PathBuf>, args: Vec<String> },
     Bench { args: Vec<String> },
     Citus(Citus),
     Ci,
@@ -76,7 +82,10 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
         Some("ci") => no_more(Command::Ci),
         Some("demo") => Ok(Command::Demo { args: strip_separator(rest.clone()) }),
         Some("schema") => no_more(Command::Schema),
-        Some("test") => Ok(Command::Test { args: strip_separator(rest.clone()) }),
+        Some("test") => {
+            let (server_bin_dir, args) = take_server_bin_dir(rest.clone())?;
+            Ok(Command::Test { server_bin_dir, args: strip_separator(args) })
+        }
         Some("bench") => Ok(Command::Bench { args: strip_separator(rest.clone()) }),
         Some("citus") => {
             let (action, rest) = rest.split_first().map_or((None, &[][..]), |(a, r)| (Some(a.as_str()), r));
@@ -107,6 +116,37 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
     }
 }
 
+/// `--server-bin-dir DIR` (or `=DIR`) before any `--`, taken out of the
+/// arguments that go on to the test runner.
+fn take_server_bin_dir(args: Vec<String>) -> anyhow::Result<(Option<PathBuf>, Vec<String>)> {
+    const FLAG: &str = "--server-bin-dir";
+    let mut dir = None;
+    let mut rest = Vec::with_capacity(args.len());
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            rest.push(arg);
+            rest.extend(args.by_ref());
+            break;
+        }
+        let value = if arg == FLAG {
+            match args.next() {
+                Some(value) => value,
+                None => bail!("{FLAG} needs a folder\n\n{USAGE}"),
+            }
+        } else if let Some(value) = arg.strip_prefix("--server-bin-dir=") {
+            value.to_owned()
+        } else {
+            rest.push(arg);
+            continue;
+        };
+        if dir.replace(PathBuf::from(value)).is_some() {
+            bail!("{FLAG} given twice");
+        }
+    }
+    Ok((dir, rest))
+}
+
 /// `cargo xtask test -- -p x` and `cargo xtask test -p x` mean the same.
 fn strip_separator(mut args: Vec<String>) -> Vec<String> {
     if args.first().is_some_and(|arg| arg == "--") {
@@ -126,9 +166,28 @@ mod tests {
     #[test]
     fn test_arguments_pass_through_with_or_without_a_separator() {
         for line in ["test -- -p a -- --nocapture", "test -p a -- --nocapture"] {
-            let Command::Test { args } = parse_str(line).unwrap() else { panic!("{line}") };
+            let Command::Test { args, server_bin_dir: None } = parse_str(line).unwrap() else { panic!("{line}") };
             assert_eq!(args, ["-p", "a", "--", "--nocapture"]);
         }
+    }
+
+    #[test]
+    fn the_server_bin_dir_is_taken_before_the_separator_only() {
+        for line in [
+            "test --server-bin-dir /pg/bin -p a",
+            "test -p a --server-bin-dir=/pg/bin",
+            "test --server-bin-dir /pg/bin -- -p a",
+        ] {
+            let Command::Test { args, server_bin_dir } = parse_str(line).unwrap() else { panic!("{line}") };
+            assert_eq!(server_bin_dir.as_deref(), Some(std::path::Path::new("/pg/bin")), "{line}");
+            assert_eq!(args, ["-p", "a"], "{line}");
+        }
+        let Command::Test { args, server_bin_dir: None } = parse_str("test -- -E x --server-bin-dir y").unwrap() else {
+            panic!()
+        };
+        assert_eq!(args, ["-E", "x", "--server-bin-dir", "y"]);
+        assert!(parse_str("test --server-bin-dir").is_err());
+        assert!(parse_str("test --server-bin-dir a --server-bin-dir b").is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         Command::Demo { args } => demo::run(&args),
         Command::Migrate => migrate::run(),
         Command::Schema => schema::run(),
-        Command::Test { args } => test::run(&args),
+        Command::Test { server_bin_dir, args } => test::run(&args, server_bin_dir.as_deref()).map(|run| run.code),
         Command::Bench { args } => bench::run(&args),
         Command::Citus(action) => citus::run(action),
         Command::Ci => ci::run(),

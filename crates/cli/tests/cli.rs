@@ -760,7 +760,10 @@ async fn serve(url: &str, token: &str) -> (tokio::process::Child, String) {
 /// in the failure, with no password printed.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_command_works_over_verify_full_and_a_wrong_ca_is_named_without_the_password() {
-    use adk_postgres_testing::{TlsOptions, start_throwaway_tls_cluster, test_database_on};
+    use adk_postgres_testing::{Capability, TlsOptions, skip_without, start_throwaway_tls_cluster, test_database_on};
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let options = TlsOptions { hostssl_only: true, ..TlsOptions::default() };
     let (cluster, pki) = tokio::task::spawn_blocking(move || start_throwaway_tls_cluster(&options))
         .await
@@ -825,6 +828,9 @@ impl Drop for RemovedOnDrop {
 /// connecting, naming the parameter to set.
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_full_without_sslrootcert_trusts_the_homes_root_crt_and_names_it_when_missing() {
+    if adk_postgres_testing::skip_without(adk_postgres_testing::Capability::Tls).await {
+        return;
+    }
     let db = test_database().await;
     let url = db.tls_url().await.expect("the shared test server has TLS");
     let ca = url::Url::parse(&url)

@@ -6,10 +6,13 @@
 //! [`Cluster::open`] find the binaries and port again. Clients connect over
 //! TCP on 127.0.0.1 as the trusted superuser `postgres`.
 //!
-//! Throwaway clusters (not Citus nodes) also have TLS on, with a PKI made in
-//! their folder's `pki/` ([`crate::TestPki`]), while pg_hba.conf still takes
-//! plaintext: the tests of TLS can then ask any server the harness started
-//! for a verified URL, and nothing else notices.
+//! Throwaway clusters also have TLS on, with a PKI made in their folder's
+//! `pki/` ([`crate::TestPki`]), while pg_hba.conf still takes plaintext: the
+//! tests of TLS can then ask any server the harness started for a verified
+//! URL, and nothing else notices. A build without SSL (`ssl_library` empty)
+//! gets no TLS, and the tests that need it skip
+//! ([`crate::skip_without`]); only [`crate::start_throwaway_tls_cluster`]
+//! refuses such a build ([`HarnessError::Lacks`]).
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -18,8 +21,9 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::capability::Capability;
 use crate::error::HarnessError;
-use crate::source::{Search, find_bin_dir, no_postgres_message, pg_config};
+use crate::source::{Search, no_postgres_message, pg_config, server_bin_dir};
 use crate::tls::{ClusterTls, TestPki, TlsOptions};
 
 /// The server's TimeZone and log_timezone: UTC+14, so any code that reads the
@@ -80,15 +84,22 @@ pub struct Cluster {
 /// What a throwaway cluster gets beyond what [`ClusterConfig`] says.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Extras {
-    /// TLS with a fresh PKI in the cluster's `pki/` folder.
+    /// TLS with a fresh PKI in the cluster's `pki/` folder, when the build
+    /// has SSL.
     pub(crate) tls: Option<TlsOptions>,
+    /// A build without SSL is an error ([`HarnessError::Lacks`]) rather
+    /// than a cluster without TLS.
+    pub(crate) tls_required: bool,
     pub(crate) settings: Vec<(&'static str, String)>,
 }
 
-/// Finds local server binaries the way the test harness does.
+/// Finds local server binaries the way the test harness does:
+/// [`crate::SERVER_BIN_DIR_VAR`]'s folder, else `pg_config --bindir`, else the
+/// newest `/usr/lib/postgresql/*/bin`.
 pub fn find_server_binaries() -> Result<PathBuf, HarnessError> {
     let search = Search::from_environment();
-    find_bin_dir(search.pg_config_bindir.as_deref(), &search.versioned_root)
+    server_bin_dir(&search)
+        .map_err(HarnessError::NoPostgres)?
         .ok_or_else(|| HarnessError::NoPostgres(no_postgres_message(&search.versioned_root)))
 }
 
@@ -99,6 +110,28 @@ pub fn find_server_binaries() -> Result<PathBuf, HarnessError> {
 /// second of this process exiting.
 pub fn start_throwaway_cluster() -> Result<Cluster, HarnessError> {
     throwaway_cluster(&find_server_binaries()?)
+}
+
+/// [`start_throwaway_cluster`] from the server binaries in `bin_dir`.
+pub fn start_throwaway_cluster_from(bin_dir: &Path) -> Result<Cluster, HarnessError> {
+    throwaway_cluster(bin_dir)
+}
+
+/// The version of the server binaries in `bin_dir` (`postgres --version`,
+/// e.g. `18.6` or `15.14`), to compare with a running server's
+/// [`Cluster::server_version`].
+pub fn server_binaries_version(bin_dir: &Path) -> Result<String, HarnessError> {
+    let mut command = Command::new(bin_dir.join("postgres"));
+    command.arg("--version");
+    let out = run(command)?;
+    version_of_postgres(&out)
+        .map(str::to_owned)
+        .ok_or_else(|| HarnessError::Setup(format!("{}/postgres --version said {out:?}", bin_dir.display())))
+}
+
+/// `postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)` → `15.14`.
+fn version_of_postgres(out: &str) -> Option<&str> {
+    out.split_once("(PostgreSQL)")?.1.split_whitespace().next()
 }
 
 pub(crate) fn throwaway_cluster(bin_dir: &Path) -> Result<Cluster, HarnessError> {
@@ -130,15 +163,19 @@ pub(crate) fn throwaway_node_with(
     };
     let mut cluster = Cluster::prepare(&config, true)?;
     cluster.settings = extras.settings;
+    cluster.initdb()?;
     let pki = match &extras.tls {
-        Some(options) => {
+        Some(options) if cluster.build_has_ssl()? => {
             let pki = TestPki::generate(&cluster.dir.join("pki"), &options.extra_names)?;
             cluster.tls = Some(ClusterTls::new(&pki, options));
             Some(pki)
         }
-        None => None,
+        Some(_) if extras.tls_required => {
+            return Err(HarnessError::Lacks { capability: Capability::Tls, bin_dir: bin_dir.to_path_buf() });
+        }
+        Some(_) | None => None,
     };
-    cluster.initialize()?;
+    cluster.configure()?;
     cluster.start_on_a_free_port()?;
     Ok((cluster, pki))
 }
@@ -232,17 +269,49 @@ impl Cluster {
                 dir.display()
             )));
         }
+        if as_postgres
+            && !command_succeeds(
+                Command::new("runuser")
+                    .args(["-u", "postgres", "--", "test", "-x"])
+                    .arg(cluster.bin_dir.join("postgres")),
+            )
+        {
+            return Err(HarnessError::Setup(format!(
+                "the `postgres` OS user cannot run {}/postgres: the file or a parent folder is \
+                 closed to it (a server installed under root's home, say); install it where \
+                 `postgres` can reach it",
+                cluster.bin_dir.display()
+            )));
+        }
         Ok(cluster)
     }
 
     /// initdb, our settings and pg_hba.conf, everything given to `postgres`.
     fn initialize(&self) -> Result<(), HarnessError> {
+        self.initdb()?;
+        self.configure()
+    }
+
+    fn initdb(&self) -> Result<(), HarnessError> {
         let mut initdb = self.server_command("initdb");
         initdb.arg("-D").arg(&self.data_dir).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]);
         if !self.durable {
             initdb.arg("--no-sync");
         }
-        run(initdb)?;
+        run(initdb).map(drop)
+    }
+
+    /// Whether the server was built with SSL: its `ssl_library`, asked of
+    /// the binary (`postgres -C`) on the data directory initdb made.
+    fn build_has_ssl(&self) -> Result<bool, HarnessError> {
+        let mut postgres = self.server_command("postgres");
+        postgres.args(["-C", "ssl_library", "-D"]).arg(&self.data_dir);
+        Ok(!run(postgres)?.trim().is_empty())
+    }
+
+    /// Our settings and pg_hba.conf on a data directory initdb made,
+    /// everything given to `postgres`.
+    fn configure(&self) -> Result<(), HarnessError> {
         self.write_settings()?;
         if let Some(hba) = self.tls.as_ref().and_then(ClusterTls::hba) {
             write_file(&self.data_dir.join("pg_hba.conf"), &hba)?;
@@ -333,7 +402,8 @@ impl Cluster {
         self.port
     }
 
-    /// The CA file (`ssl_ca_file`) when the harness gave this cluster TLS.
+    /// The CA file (`ssl_ca_file`) when the harness gave this cluster TLS
+    /// (never on a build without SSL).
     pub fn ca_file(&self) -> Option<&Path> {
         self.tls.as_ref().map(|tls| tls.ca_file.as_path())
     }
@@ -350,6 +420,17 @@ impl Cluster {
 
     pub fn is_running(&self) -> bool {
         self.data_dir.is_dir() && command_succeeds(self.pg_ctl("status").stdout(Stdio::null()).stderr(Stdio::null()))
+    }
+
+    /// The running server's version (`SHOW server_version`'s first word,
+    /// e.g. `18.6`), as [`server_binaries_version`] gives it.
+    pub fn server_version(&self) -> Result<String, HarnessError> {
+        let shown = self.query_value("SHOW server_version")?;
+        shown
+            .split_whitespace()
+            .next()
+            .map(str::to_owned)
+            .ok_or_else(|| HarnessError::Setup(format!("SHOW server_version said {shown:?}")))
     }
 
     /// Starts the server and waits until it accepts connections.
@@ -669,6 +750,13 @@ pub(crate) fn psql(bin_dir: &Path, conninfo: &str, sql: &str) -> Result<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_is_the_word_after_postgresql() {
+        assert_eq!(version_of_postgres("postgres (PostgreSQL) 18.6\n"), Some("18.6"));
+        assert_eq!(version_of_postgres("postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)\n"), Some("15.14"));
+        assert_eq!(version_of_postgres("postgres 18"), None);
+    }
 
     #[test]
     fn the_effective_uid_is_the_second_field() {

@@ -18,13 +18,32 @@
 /// roles, a pool) lives exactly as long as the case. The runtime has several
 /// worker threads because many cases race tasks against each other, and a
 /// race on one thread proves nothing.
+///
+/// A backend that needs what a server build may lack names it after the
+/// subject; on a server without it every case ends before making the
+/// subject, saying so ([`crate::skip_without`]):
+///
+/// ```ignore
+/// adk_postgres_testing::contract_tests!(crate::suite => over_tls().await, requires Capability::Tls; create_keeps_its_id);
+/// ```
 #[macro_export]
 macro_rules! contract_tests {
     ($suite:path => $subject:expr; $($case:ident),* $(,)?) => {
+        $crate::contract_tests!(@cases $suite => $subject, {}; $($case),*);
+    };
+    ($suite:path => $subject:expr, requires $capability:expr; $($case:ident),* $(,)?) => {
+        $crate::contract_tests!(@cases $suite => $subject, {
+            if $crate::skip_without($capability).await {
+                return;
+            }
+        }; $($case),*);
+    };
+    (@cases $suite:path => $subject:expr, $guard:block; $($case:ident),*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 use $suite as suite;
+                $guard
                 let subject = $subject;
                 suite::$case(&subject).await;
             }

@@ -238,6 +238,12 @@ impl Server {
 static DEFAULT_SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 static THROWAWAY_CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
+/// The maintenance URL of the server [`test_database`] uses; panics as it
+/// does when there is none.
+pub(crate) async fn default_server_url() -> &'static str {
+    &default_server().await.url
+}
+
 async fn default_server() -> &'static Server {
     let server = match DEFAULT_SERVER.get() {
         Some(server) => server,

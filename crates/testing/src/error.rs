@@ -1,5 +1,7 @@
 use std::path::PathBuf;
 
+use crate::capability::Capability;
+
 /// Why the harness could not provide a server, a cluster or a database.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -20,6 +22,10 @@ pub enum HarnessError {
     StartFailed { log: PathBuf, tail: String },
     #[error("{0}")]
     Setup(String),
+    /// A cluster was asked for something its server binaries were built
+    /// without (a TLS cluster from a build without SSL).
+    #[error("the PostgreSQL in {} was {}, and this cluster needs {capability}", .bin_dir.display(), .capability.lacking())]
+    Lacks { capability: Capability, bin_dir: PathBuf },
     /// The venv of moto and DuckDB is missing and may not be made here (CI),
     /// or cannot be: the message says what to run or install.
     #[error("{0}")]

@@ -13,8 +13,9 @@
 //!    tests may create databases (`cargo xtask test` starts one cluster and
 //!    sets it for every test process);
 //! 2. a throwaway cluster this process starts from local server binaries
-//!    (`pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`),
-//!    gone when the process exits, however it exits;
+//!    (`ADK_PG_SERVER_BIN_DIR`'s folder, else `pg_config --bindir`, else the
+//!    newest `/usr/lib/postgresql/*/bin`), gone when the process exits,
+//!    however it exits;
 //! 3. with the `testcontainers` feature, a Docker container;
 //! 4. else the first test panics saying what to install or set.
 //!
@@ -22,6 +23,10 @@
 //! (UTC+14) so that code reading the server's TimeZone instead of UTC fails
 //! here rather than in production, and with fsync off because nothing in
 //! them must survive a crash.
+//!
+//! A test that needs what a build may lack (TLS, lz4) asks
+//! [`skip_without`] first, and on a server without it ends early, saying
+//! why; the decision is the server's answer, never its version number.
 //!
 //! [`connect`] is how tests open a plain client beside the store (it returns
 //! an error rather than panicking, so tooling can use it too), and
@@ -40,6 +45,7 @@
 //! ships may depend on it, and it knows nothing of table layout beyond the
 //! partition function the migrations provide.
 
+mod capability;
 mod citus;
 mod client;
 mod cluster;
@@ -58,12 +64,14 @@ mod tls;
 mod urls;
 mod wire_proxy;
 
+pub use capability::{Capability, SKIP_LOG_VAR, record_skip, server_has, skip_without};
 pub use citus::{
     CITUS_WORKERS_VAR, CitusCluster, citus_installed, create_citus_database, start_throwaway_citus_cluster,
 };
 pub use client::{Notices, connect, connect_with_notices, drain_notices};
 pub use cluster::{
-    Cluster, ClusterConfig, SERVER_TIMEZONE, find_server_binaries, free_port, port_is_free, start_throwaway_cluster,
+    Cluster, ClusterConfig, SERVER_TIMEZONE, find_server_binaries, free_port, port_is_free, server_binaries_version,
+    start_throwaway_cluster, start_throwaway_cluster_from,
 };
 pub use database::{TestDatabase, empty_database, test_database, test_database_on};
 pub use error::HarnessError;
@@ -71,7 +79,7 @@ pub use media::media_bytes;
 pub use pgbouncer::{PgBouncer, PgBouncerConfig, PoolMode};
 pub use python_tools::{PYTHON_TOOLS_VAR, PythonTools, duckdb_json, python_tools};
 pub use s3::{S3_BUCKET, S3Server};
-pub use source::TEST_URL_VAR;
+pub use source::{SERVER_BIN_DIR_VAR, TEST_URL_VAR};
 pub use standby::{ReplicatedPair, STANDBY_NAME};
 pub use tls::{ServerCert, TestPki, TlsOptions, start_throwaway_tls_cluster};
 pub use wire_proxy::{Statement, Traffic, WireProxy, WireProxyBuilder};

@@ -54,6 +54,7 @@ impl ReplicatedPair {
         ];
         let extras = Extras {
             tls: Some(TlsOptions::default()),
+            tls_required: false,
             settings: settings.into_iter().map(|(name, value)| (name, value.to_owned())).collect(),
         };
         // initdb's pg_hba.conf takes `replication` from 127.0.0.1 on trust.

@@ -8,7 +8,9 @@
 //!
 //! Every cluster the harness starts for the ordinary tests has TLS on with
 //! such a PKI in its folder (and still accepts plaintext), so a test can ask
-//! any harness server for a verified TLS URL ([`crate::TestDatabase::tls_url`]).
+//! any harness server for a verified TLS URL ([`crate::TestDatabase::tls_url`]),
+//! unless its build has no SSL: then it has no TLS, and the tests that need
+//! TLS skip ([`crate::skip_without`]`(`[`crate::Capability::Tls`]`)`).
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -164,8 +166,11 @@ impl TestPki {
 /// its folder (`pki/`); same lifecycle as [`crate::start_throwaway_cluster`]:
 /// gone when the cluster is dropped or, failing that, soon after this process
 /// exits. The PKI's files go with the cluster's folder.
+///
+/// [`HarnessError::Lacks`] when the server binaries were built without SSL;
+/// a test that needs this cluster asks [`crate::skip_without`] first.
 pub fn start_throwaway_tls_cluster(options: &TlsOptions) -> Result<(Cluster, TestPki), HarnessError> {
-    let extras = Extras { tls: Some(options.clone()), ..Extras::default() };
+    let extras = Extras { tls: Some(options.clone()), tls_required: true, ..Extras::default() };
     let (cluster, pki) = throwaway_node_with(&find_server_binaries()?, false, extras)?;
     let pki = pki.ok_or_else(|| HarnessError::Setup("the TLS cluster was made without its PKI".into()))?;
     Ok((cluster, pki))
@@ -287,6 +292,19 @@ mod tests {
 
     const IN_TLS: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
 
+    /// The cluster, or `None` after reporting the skip when the server
+    /// binaries have no SSL.
+    fn tls_cluster(options: &TlsOptions) -> Option<(Cluster, TestPki)> {
+        match start_throwaway_tls_cluster(options) {
+            Ok(started) => Some(started),
+            Err(HarnessError::Lacks { capability, .. }) => {
+                crate::record_skip(capability);
+                None
+            }
+            Err(error) => panic!("a TLS cluster: {error}"),
+        }
+    }
+
     fn refusal(result: Result<String, HarnessError>) -> String {
         match result {
             Ok(out) => panic!("connected: {out}"),
@@ -297,7 +315,7 @@ mod tests {
     #[test]
     fn a_hostssl_only_cluster_wants_a_verified_client_certificate() {
         let options = TlsOptions { hostssl_only: true, client_cert: true, ..TlsOptions::default() };
-        let (cluster, pki) = start_throwaway_tls_cluster(&options).unwrap();
+        let Some((cluster, pki)) = tls_cluster(&options) else { return };
         let (cert, key) = pki.client_cert("postgres").unwrap();
         let (other_cert, other_key) = pki.client_cert("someone else").unwrap();
         let server = format!("port={} user=postgres dbname=postgres", cluster.port());
@@ -330,7 +348,7 @@ mod tests {
     #[test]
     fn an_expired_server_certificate_fails_verification_only() {
         let options = TlsOptions { server_cert: ServerCert::Expired, ..TlsOptions::default() };
-        let (cluster, pki) = start_throwaway_tls_cluster(&options).unwrap();
+        let Some((cluster, pki)) = tls_cluster(&options) else { return };
         let server = format!("host=localhost port={} user=postgres dbname=postgres", cluster.port());
         let verified = format!("{server} sslmode=verify-full sslrootcert={}", pki.ca_cert().display());
         assert!(refusal(psql(cluster.bin_dir(), &verified, IN_TLS)).contains("certificate verify failed"));
@@ -340,7 +358,14 @@ mod tests {
     #[test]
     fn the_ordinary_throwaway_cluster_takes_tls_and_plaintext() {
         let cluster = crate::start_throwaway_cluster().unwrap();
-        let ca = cluster.ca_file().unwrap().display().to_string();
+        let Some(ca) = cluster.ca_file() else {
+            // Only a build without SSL goes without.
+            let ssl_library = cluster.query_value("SHOW ssl_library").unwrap();
+            assert_eq!(ssl_library, "", "a build with SSL ({ssl_library}) got no TLS");
+            crate::record_skip(crate::Capability::Tls);
+            return;
+        };
+        let ca = ca.display().to_string();
         let server = format!("port={} user=postgres dbname=postgres", cluster.port());
         let verified = format!("{server} host=localhost sslmode=verify-full sslrootcert={ca}");
         assert_eq!(psql(cluster.bin_dir(), &verified, IN_TLS).unwrap(), "t");

@@ -1,10 +1,12 @@
 //! The harness against a real server: isolated, migrated, partitioned
 //! databases that are really gone afterwards.
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use adk_postgres_testing::{
-    Cluster, SERVER_TIMEZONE, TestDatabase, empty_database, start_throwaway_cluster, test_database, test_database_on,
+    Capability, Cluster, SERVER_BIN_DIR_VAR, SERVER_TIMEZONE, TestDatabase, empty_database, find_server_binaries,
+    server_binaries_version, server_has, start_throwaway_cluster, test_database, test_database_on,
 };
 
 async fn partition_count(db: &TestDatabase) -> i64 {
@@ -109,4 +111,49 @@ async fn a_private_cluster_survives_a_restart() {
     assert_eq!(kept, 1);
     assert!(cluster.is_running());
     assert!(cluster.bin_dir().join("pg_ctl").is_file());
+}
+
+/// The server the tests run on is the build they were pointed at: with
+/// `ADK_PG_SERVER_BIN_DIR` set (`cargo xtask test` sets it to the binaries
+/// it started its cluster from, `--server-bin-dir` to another version's)
+/// the server reports that folder's `postgres --version`, so a run meant
+/// for another PostgreSQL cannot quietly run on the default one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_is_the_version_of_the_binaries_named() {
+    let db = test_database().await;
+    let client = db.connect().await;
+    let shown: String = client.query_one("SHOW server_version", &[]).await.unwrap().get(0);
+    let running = shown.split_whitespace().next().expect("a version").to_owned();
+    let named = std::env::var_os(SERVER_BIN_DIR_VAR).filter(|dir| !dir.is_empty()).map(PathBuf::from);
+    let bin_dir = match (named, db.cluster()) {
+        (Some(named), _) => {
+            let found = find_server_binaries().expect("the named binaries");
+            assert_eq!(found, named, "the harness starts its clusters from {SERVER_BIN_DIR_VAR}");
+            named
+        }
+        (None, Some(cluster)) => cluster.bin_dir().to_path_buf(),
+        (None, None) => {
+            eprintln!("a server given by URL and no {SERVER_BIN_DIR_VAR}: no binaries to compare it with");
+            return;
+        }
+    };
+    let expected = server_binaries_version(&bin_dir).expect("postgres --version");
+    assert_eq!(running, expected, "the server at {} is not the PostgreSQL in {}", db.server_url(), bin_dir.display());
+    if let Some(cluster) = db.cluster() {
+        assert_eq!(cluster.bin_dir(), bin_dir);
+        assert_eq!(cluster.server_version().expect("SHOW server_version"), expected);
+    }
+}
+
+/// A throwaway cluster has TLS exactly when its build has SSL, so a test
+/// asking whether it may use TLS gets the same answer from the server as
+/// from the harness.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throwaway_cluster_has_tls_exactly_when_its_build_has_ssl() {
+    let cluster = tokio::task::spawn_blocking(start_throwaway_cluster).await.unwrap().expect("a cluster");
+    let has_ssl = server_has(&cluster.server_url(), Capability::Tls).await.expect("ssl_library");
+    assert_eq!(cluster.ca_file().is_some(), has_ssl, "ca_file {:?}", cluster.ca_file());
+    let client = adk_postgres_testing::connect(&cluster.server_url()).await.unwrap();
+    let ssl: String = client.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    assert_eq!(ssl == "on", has_ssl);
 }

@@ -83,11 +83,12 @@ impl StoreFactory for MemoryFactory {
 
 /// Every conformance case against the store factory `$factory` (evaluated
 /// once per test): one `#[tokio::test]` per case, named after it. A case not
-/// listed here runs nowhere.
+/// listed here runs nowhere. With `requires CAPABILITY`, each case ends
+/// early, saying so, on a server built without it.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($factory:expr) => {
-        $crate::testing::contract_tests!($crate::conformance => $factory;
+    ($factory:expr $(, requires $capability:expr)?) => {
+        $crate::testing::contract_tests!($crate::conformance => $factory $(, requires $capability)?;
             // create
             create_generates_a_uuid_v4_for_a_blank_or_absent_id,
             create_trims_ids,

@@ -135,6 +135,9 @@ async fn day_fingerprints(sql: &Client) -> Vec<(NaiveDate, i64, String)> {
 /// compression of payloads, and on Citus so do their shards.
 #[tokio::test(flavor = "multi_thread")]
 async fn partitions_made_later_compress_payloads_with_lz4() {
+    if adk_postgres_testing::skip_without(adk_postgres_testing::Capability::Lz4).await {
+        return;
+    }
     let db = test_database().await;
     let sql = client(db.url()).await;
     let today = day("2030-01-10");

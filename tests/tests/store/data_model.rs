@@ -4,7 +4,7 @@
 use adk_postgres_domain::{AppendOptions, Event, SessionStore as _};
 use adk_postgres_schema::migrations::{revert_all_migrations, run_pending_migrations};
 use adk_postgres_schema::tables_print::render_schema;
-use adk_postgres_testing::{empty_database, test_database};
+use adk_postgres_testing::{Capability, empty_database, skip_without, test_database};
 use adk_postgres_tests::pg::{client, diesel, migrate_through, new_session, server_binary, store};
 use futures_util::future::join_all;
 use tokio_postgres::Client;
@@ -126,6 +126,9 @@ async fn compression_of_events(sql: &Client, user: &str) -> Vec<Option<String>> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn event_payloads_are_compressed_with_lz4() {
+    if skip_without(Capability::Lz4).await {
+        return;
+    }
     let db = test_database().await;
     let sql = client(db.url()).await;
     // The parent and every premade day.
@@ -170,6 +173,9 @@ async fn insert_long_event(sql: &Client, seq: i64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn compressing_payloads_with_lz4_rewrites_nothing_stored() {
+    if skip_without(Capability::Lz4).await {
+        return;
+    }
     let db = empty_database().await;
     migrate_through(db.url(), BEFORE_PAYLOAD_LZ4).await;
     let sql = client(db.url()).await;

@@ -55,6 +55,32 @@ pub(super) fn swap_actions(catalog: &Catalog, cutover: NaiveDate) -> Result<Vec<
         // key takes anyway; everything below is catalog work.
         format!("LOCK TABLE {sessions}, {parent} IN ACCESS EXCLUSIVE MODE"),
         format!("ALTER TABLE {parent} RENAME TO {legacy}"),
+        // PostgreSQL 18 keeps NOT NULL constraints in pg_constraint, named
+        // after their table (adk_events_seq_not_null): the old table's
+        // would take the names the parent is about to use, and the parent
+        // would get adk_events_seq_not_null1 where a fresh install has
+        // adk_events_seq_not_null. They take the names a partition made
+        // as adk_events_legacy would have. Before 18 there are none.
+        format!(
+            "DO $rename$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT con.conname::text AS name, a.attname::text AS col
+               FROM pg_constraint con
+               JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]
+              WHERE con.conrelid = {legacy_oid} AND con.contype = 'n'
+                AND con.conname = {events} || '_' || a.attname || '_not_null'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %I RENAME CONSTRAINT %I TO %I',
+                                  {legacy_name}, c.name, {legacy_name} || '_' || c.col || '_not_null');
+    END LOOP;
+END
+$rename$",
+            legacy_oid = regclass(LEGACY_PARTITION),
+            events = quote_literal(EVENTS),
+            legacy_name = quote_literal(LEGACY_PARTITION),
+        ),
     ];
     if !old.is_empty() {
         let drops: Vec<String> = old.iter().map(|c| format!("DROP CONSTRAINT {}", quote_ident(&c.name))).collect();

@@ -8,6 +8,10 @@
 //! The refusals run against servers that also take plaintext (the shared
 //! test server, or a cluster without `hostssl_only`), so a client that fell
 //! back to plaintext would connect and fail the test.
+//!
+//! On a server built without SSL every test that needs a TLS server ends
+//! early, saying so; the two that need none (a fake server refusing TLS, a
+//! verify mode without roots) run everywhere.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -16,7 +20,8 @@ use adk_postgres_connect::{ConnectConfig, ConnectError, SslMode, TlsFailure};
 use adk_postgres_domain::{AppName, AppendOptions, CreateSession, Event, SessionStore, StoreConfig, UserId};
 use adk_postgres_storage::{PgSessionStore, PoolBuildError, PoolConfig, run_pending_migrations};
 use adk_postgres_testing::{
-    Cluster, ServerCert, TestPki, TlsOptions, connect, start_throwaway_tls_cluster, test_database,
+    Capability, Cluster, ServerCert, TestPki, TlsOptions, connect, skip_without, start_throwaway_tls_cluster,
+    test_database,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -118,6 +123,9 @@ impl Drop for ScratchDir {
 
 #[tokio::test(flavor = "current_thread")]
 async fn require_verify_ca_and_verify_full_reach_a_hostssl_only_server_over_tls() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let (cluster, pki) = tls_cluster(TlsOptions { hostssl_only: true, ..TlsOptions::default() }).await;
     let ca = format!("sslrootcert={}", path(&pki.ca_cert()));
     for url in [
@@ -139,6 +147,9 @@ async fn require_verify_ca_and_verify_full_reach_a_hostssl_only_server_over_tls(
 
 #[tokio::test(flavor = "current_thread")]
 async fn on_a_hostssl_only_server_disable_is_refused_while_prefer_and_allow_use_tls() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let (cluster, _pki) = tls_cluster(TlsOptions { hostssl_only: true, ..TlsOptions::default() }).await;
 
     // The server's own refusal (pg_hba.conf's `hostnossl … reject`), not a
@@ -159,6 +170,9 @@ async fn on_a_hostssl_only_server_disable_is_refused_while_prefer_and_allow_use_
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_certificate_from_a_ca_not_trusted_is_an_unknown_issuer_and_never_plaintext() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let db = test_database().await;
     let tls_url = db.tls_url().await.expect("the shared test server has TLS");
     assert!(session_is_tls(&tls_url).await, "the shared server's own CA verifies");
@@ -182,6 +196,9 @@ async fn a_certificate_from_a_ca_not_trusted_is_an_unknown_issuer_and_never_plai
 
 #[tokio::test(flavor = "current_thread")]
 async fn verify_full_refuses_a_host_name_the_certificate_lacks_and_verify_ca_accepts_it() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let db = test_database().await;
     let tls_url = db.tls_url().await.expect("the shared test server has TLS");
     let ca = url::Url::parse(&tls_url)
@@ -207,6 +224,9 @@ async fn verify_full_refuses_a_host_name_the_certificate_lacks_and_verify_ca_acc
 
 #[tokio::test(flavor = "current_thread")]
 async fn an_expired_server_certificate_fails_verification_but_require_without_roots_connects() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let (cluster, pki) = tls_cluster(TlsOptions { server_cert: ServerCert::Expired, ..TlsOptions::default() }).await;
     let ca = format!("sslrootcert={}", path(&pki.ca_cert()));
     for url in [
@@ -300,6 +320,9 @@ fn a_verify_mode_without_roots_is_a_typed_error_before_any_connect() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_server_wanting_client_certificates_takes_the_users_and_refuses_the_rest() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let options = TlsOptions { hostssl_only: true, client_cert: true, ..TlsOptions::default() };
     let (cluster, pki) = tls_cluster(options).await;
     let verified = conninfo(cluster, "localhost", &format!("sslmode=verify-full sslrootcert={}", path(&pki.ca_cert())));
@@ -337,6 +360,9 @@ async fn a_server_wanting_client_certificates_takes_the_users_and_refuses_the_re
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_store_migrates_and_works_over_verify_full_and_a_wrong_ca_fails_to_build() {
+    if skip_without(Capability::Tls).await {
+        return;
+    }
     let (cluster, pki) = tls_cluster(TlsOptions { hostssl_only: true, ..TlsOptions::default() }).await;
     // A database of our own, so the migrations themselves run over TLS
     // (the harness's are cloned from a template it migrated).
@@ -422,5 +448,5 @@ mod conformance_over_tls {
         }
     }
 
-    adk_postgres_tests::conformance_tests!(TlsFactory::default());
+    adk_postgres_tests::conformance_tests!(TlsFactory::default(), requires adk_postgres_testing::Capability::Tls);
 }
