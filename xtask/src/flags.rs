@@ -31,7 +31,8 @@ cargo xtask <command>
   release --dry-run  cargo package (with verification) of every published crate, its
                  size and file count, then cargo semver-checks of the libraries against the
                  last `v*` tag (else the previous commit); publishing itself is done by hand
-  ci             what CI runs: fmt, clippy, the testcontainers build, test, then citus test
+  ci             what CI runs: fmt, clippy, the testcontainers build, the release dry run,
+                 test, then citus test
 ";
 
 #[derive(Debug)]

@@ -518,7 +518,7 @@ mod tests {
         assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
         assert_eq!(Bytes(MAX_CRATE_BYTES).to_string(), "4.0 MiB");
         let table = SizeTable(&[Packaged { file: "a-0.1.0.crate".into(), bytes: 2048, files: 7 }]).to_string();
-        assert!(table.contains("a-0.1.0.crate      2.0 KiB      7"), "{table}");
-        assert!(table.ends_with("total             2.0 KiB"), "{table}");
+        assert!(table.contains("a-0.1.0.crate     2.0 KiB      7"), "{table}");
+        assert!(table.ends_with("\ntotal             2.0 KiB"), "{table}");
     }
 }
