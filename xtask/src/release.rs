@@ -119,6 +119,7 @@ struct Package {
     published: bool,
     /// Only a library has an API for semver-checks to compare.
     has_lib: bool,
+    manifest_path: PathBuf,
     features: Features,
 }
 
@@ -212,7 +213,8 @@ impl Package {
             })
         });
         let features = Features::from_docs_rs(package.pointer("/metadata/docs/rs"));
-        Ok(Self { version: field("version")?, name, published, has_lib, features })
+        let manifest_path = field("manifest_path")?.into();
+        Ok(Self { version: field("version")?, name, published, has_lib, manifest_path, features })
     }
 
     /// `name-version`, as `cargo package` names the `.crate` and its folder.
@@ -375,13 +377,26 @@ fn git(args: &[&str]) -> anyhow::Result<Option<String>> {
 }
 
 fn semver_checks(published: &[&Package], target_dir: &Path) -> anyhow::Result<ExitCode> {
-    let libraries: Vec<&Package> = published.iter().copied().filter(|package| package.has_lib).collect();
     let baseline = Baseline::find()?;
     let Some(rev) = baseline.rev() else {
         let Baseline::None(why) = baseline else { unreachable!() };
         eprintln!("\n==> release --dry-run: no API check: {why}");
         return Ok(ExitCode::SUCCESS);
     };
+    // semver-checks fails on a crate the baseline lacks; a new crate has no
+    // API to break yet.
+    let mut libraries = Vec::new();
+    for package in published.iter().copied().filter(|package| package.has_lib) {
+        if in_baseline(rev, package)? {
+            libraries.push(package);
+        } else {
+            eprintln!("release: {} is not in {rev}, so it has no API to compare with yet", package.name);
+        }
+    }
+    if libraries.is_empty() {
+        eprintln!("\n==> release --dry-run: no API check: no published library is in {rev}");
+        return Ok(ExitCode::SUCCESS);
+    }
     if !cargo().args(["semver-checks", "--version"]).stdout(Stdio::null()).status().is_ok_and(|s| s.success()) {
         bail!("cargo-semver-checks is not installed: `cargo install cargo-semver-checks --locked` (.ci/run does)");
     }
@@ -412,6 +427,23 @@ fn semver_checks(published: &[&Package], target_dir: &Path) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether `rev` has this package's manifest, naming it.
+fn in_baseline(rev: &str, package: &Package) -> anyhow::Result<bool> {
+    let root = root();
+    let manifest = package.manifest_path.strip_prefix(&root).unwrap_or(&package.manifest_path);
+    let manifest = manifest.to_str().context("a manifest path that is not UTF-8")?;
+    let old = git(&["show", &format!("{rev}:{manifest}")])?;
+    Ok(old.is_some_and(|old| names_package(&old, &package.name)))
+}
+
+/// Whether a Cargo.toml's text says `name = "<name>"` (the package's, as no
+/// dependency of ours is written that way).
+fn names_package(manifest: &str, name: &str) -> bool {
+    manifest.lines().any(|line| {
+        line.split_once('=').is_some_and(|(key, value)| key.trim() == "name" && value.trim() == format!("\"{name}\""))
+    })
+}
+
 /// The libraries grouped by the features they are checked with, one
 /// semver-checks run per group.
 fn by_features<'a>(libraries: &[&'a Package]) -> BTreeMap<Features, Vec<&'a str>> {
@@ -432,6 +464,7 @@ mod tests {
         json!({
             "name": name,
             "version": "0.1.0",
+            "manifest_path": format!("/w/crates/{name}/Cargo.toml"),
             "publish": publish,
             "targets": kinds.iter().map(|kind| json!({ "kind": [kind] })).collect::<Vec<_>>(),
             "metadata": metadata,
@@ -510,6 +543,14 @@ mod tests {
         let ours = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
         assert!(ours.contains(DEV_PROFILE), "the workspace's [profile.dev] changed: update DEV_PROFILE in release.rs");
         assert!(manifest.ends_with(DEV_PROFILE));
+    }
+
+    #[test]
+    fn a_baseline_manifest_names_its_package() {
+        let manifest = "[package]\nname = \"adk-pg\"\n\n[[bin]]\nname = \"adk-pg\"\n";
+        assert!(names_package(manifest, "adk-pg"));
+        assert!(!names_package(manifest, "adk-pg-old"));
+        assert!(!names_package("[package]\nname = \"other\"\n", "adk-pg"));
     }
 
     #[test]
