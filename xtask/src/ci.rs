@@ -13,6 +13,11 @@ const CHECKS: &[(&str, &[&str])] = &[
     ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
     // Cannot run without Docker, so it must at least keep compiling.
     ("the testcontainers build", &["check", "-p", "adk-postgres-testing", "--features", "testcontainers"]),
+    // The published crates packaged and checked from their packaged sources,
+    // then their API against the last release (about 9 minutes, most of it
+    // semver-checks); before the release build of the benchmarks, since a
+    // missing file in a package fails in its first two minutes.
+    ("the release dry run", &["xtask", "release", "--dry-run"]),
     // A smoke run of the benchmarks (release build, reduced workload); it
     // asserts nothing about timing, only that every workload runs.
     ("the benchmark smoke test", &["xtask", "bench", "--quick"]),

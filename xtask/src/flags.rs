@@ -33,8 +33,13 @@ cargo xtask <command>
                  single server, with the statements and round trips of each and the workers
                  a call touches; figures indicative only (every node shares this machine);
                  `--quick` for a smoke run; table on stdout, JSON in target/bench/citus.json
-  ci             what CI runs: fmt, clippy, the testcontainers build, test, citus test, then
-                 test on PostgreSQL 18 (from the venv .ci/run makes; skipped without it off CI)
+  release --dry-run  package every published crate, print its size and file count, build
+                 the packages from their packaged sources, then cargo semver-checks the
+                 libraries against the last `v*` tag (else the previous commit); publishing
+                 itself is done by hand
+  ci             what CI runs: fmt, clippy, the testcontainers build, the release dry run,
+                 test, citus test, then test on PostgreSQL 18 (from the venv .ci/run makes;
+                 skipped without it off CI)
 ";
 
 #[derive(Debug)]
@@ -46,6 +51,7 @@ pub enum Command {
     Test { server_bin_dir: Option<PathBuf>, args: Vec<String> },
     Bench { args: Vec<String> },
     Citus(Citus),
+    Release,
     Ci,
     Help,
 }
@@ -80,6 +86,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
         None | Some("help" | "-h" | "--help") => Ok(Command::Help),
         Some("migrate") => no_more(Command::Migrate),
         Some("ci") => no_more(Command::Ci),
+        Some("release") => match rest.as_slice() {
+            [flag] if flag == "--dry-run" => Ok(Command::Release),
+            [] => bail!(
+                "`release` only has a dry run (`release --dry-run`): publishing needs a crates.io token and is done \
+                 by hand with `cargo publish --workspace`"
+            ),
+            [.., extra] => bail!("unexpected argument `{extra}`: only `release --dry-run`\n\n{USAGE}"),
+        },
         Some("demo") => Ok(Command::Demo { args: strip_separator(rest.clone()) }),
         Some("schema") => no_more(Command::Schema),
         Some("test") => {
@@ -215,5 +229,9 @@ mod tests {
         assert!(parse_str("citus").is_err());
         assert!(parse_str("citus benchmark").is_err());
         assert!(parse_str("citus down now").is_err());
+        assert!(matches!(parse_str("release --dry-run").unwrap(), Command::Release));
+        assert!(parse_str("release").unwrap_err().to_string().contains("only has a dry run"));
+        assert!(parse_str("release --dry-run --yes").is_err());
+        assert!(parse_str("release publish").is_err());
     }
 }

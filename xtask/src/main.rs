@@ -8,6 +8,7 @@ mod demo;
 mod flags;
 mod migrate;
 mod project;
+mod release;
 mod schema;
 mod test;
 
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         Command::Test { server_bin_dir, args } => test::run(&args, server_bin_dir.as_deref()).map(|run| run.code),
         Command::Bench { args } => bench::run(&args),
         Command::Citus(action) => citus::run(action),
+        Command::Release => release::run(),
         Command::Ci => ci::run(),
         Command::Help => {
             print!("{}", flags::USAGE);
