@@ -1,5 +1,9 @@
 //! `bench`: the benchmarks (crates/bench), built in release mode.
 //!
+//! `--profile NAME` builds them with another cargo profile: CI's smoke run
+//! uses `dev`, whose dependencies the test build compiles anyway, instead of
+//! a release build of the whole tree that nothing else uses (its figures
+//! are then not measurements; the bench says so).
 //! Without `DATABASE_URL` the benchmark starts a throwaway cluster of its own
 //! with durable settings; the table goes to stdout and the JSON report to
 //! target/bench/. `adk-pg` is built first: the archive section runs it.
@@ -13,18 +17,21 @@ use anyhow::{Context as _, bail};
 use crate::project::{cargo, exit_code, root};
 
 pub fn run(args: &[String]) -> anyhow::Result<ExitCode> {
-    let (features, args) = allocator_features(args)?;
+    let (profile, args) = cargo_profile(args)?;
+    let (features, args) = allocator_features(&args)?;
     // The archive section runs `adk-pg maintain` as a child, from the same
-    // release build as the bench (it looks beside its own binary).
+    // build as the bench (it looks beside its own binary).
     let status = cargo()
-        .args(["build", "--release", "--quiet", "--package", "adk-pg"])
+        .args(["build", "--quiet", "--package", "adk-pg"])
+        .args(&profile)
         .status()
         .context("building adk-pg for the benchmarks")?;
     if !status.success() {
         return Ok(exit_code(status));
     }
     let status = cargo()
-        .args(["run", "--release", "--quiet", "--package", "adk-postgres-bench"])
+        .args(["run", "--quiet", "--package", "adk-postgres-bench"])
+        .args(&profile)
         .args(features)
         .arg("--")
         .arg("--out-dir")
@@ -33,6 +40,27 @@ pub fn run(args: &[String]) -> anyhow::Result<ExitCode> {
         .status()
         .context("running the benchmarks")?;
     Ok(exit_code(status))
+}
+
+/// Cargo's arguments for the profile `--profile NAME` (or `--profile=NAME`)
+/// asks for, `release` without it, and `args` without the flag.
+pub fn cargo_profile(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let mut profile = "release".to_owned();
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--profile" {
+            profile = args.next().context("--profile needs a cargo profile: release or dev")?.clone();
+        } else if let Some(value) = arg.strip_prefix("--profile=") {
+            profile = value.to_owned();
+        } else {
+            rest.push(arg.clone());
+        }
+    }
+    if profile.is_empty() || profile.starts_with('-') {
+        bail!("--profile needs a cargo profile (release or dev), not {profile:?}");
+    }
+    Ok((vec!["--profile".to_owned(), profile], rest))
 }
 
 /// Cargo's arguments for the allocator `--allocator NAME` (or
@@ -67,6 +95,24 @@ mod tests {
 
     fn split(args: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
         allocator_features(&args.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    }
+
+    fn profile(args: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+        cargo_profile(&args.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_profile_is_release_unless_named_and_leaves_the_benchs_arguments() {
+        assert_eq!(profile("--quick").unwrap(), (vec!["--profile".into(), "release".into()], vec!["--quick".into()]));
+        assert_eq!(
+            profile("--quick --profile dev").unwrap(),
+            (vec!["--profile".into(), "dev".into()], vec!["--quick".into()])
+        );
+        assert_eq!(profile("--profile=dev --reads").unwrap().0, ["--profile", "dev"]);
+        assert_eq!(profile("--profile=dev --reads").unwrap().1, ["--reads"]);
+        assert!(profile("--profile").is_err());
+        assert!(profile("--profile --quick").is_err());
+        assert!(profile("--profile=").is_err());
     }
 
     #[test]

@@ -219,16 +219,19 @@ fn test(args: &[String]) -> anyhow::Result<ExitCode> {
 }
 
 /// The bench's Citus comparison (crates/bench/src/citus.rs), in release
-/// mode. It starts its throwaway Citus and single-server clusters itself,
+/// mode unless `--profile NAME` says otherwise. It starts its throwaway Citus and single-server clusters itself,
 /// so they live exactly as long as the measuring process and not through
 /// the build before it; `args` go to the bench after `--citus`.
 fn bench(args: &[String]) -> anyhow::Result<ExitCode> {
     let bin_dir = find_server_binaries()?;
     ensure_installed(&bin_dir)?;
+    let (profile, args) = crate::bench::cargo_profile(args)?;
     let status = cargo()
-        .args(["run", "--release", "--quiet", "--package", "adk-postgres-bench", "--", "--citus", "--out-dir"])
+        .args(["run", "--quiet", "--package", "adk-postgres-bench"])
+        .args(profile)
+        .args(["--", "--citus", "--out-dir"])
         .arg(project::root().join("target/bench"))
-        .args(args)
+        .args(&args)
         .status()
         .context("running the Citus benchmark")?;
     Ok(exit_code(status))

@@ -22,7 +22,9 @@ cargo xtask <command>
                  e.g. another PostgreSQL version's (docs/testing.md)
   bench [ARGS]   benchmarks against the raw-SQL floor (pgbench) and adk-session's
                  PostgresSessionService on a throwaway durable cluster (or $DATABASE_URL);
-                 `--quick` for a smoke run; table on stdout, JSON in target/bench/
+                 `--quick` for a smoke run; `--profile dev` builds without optimisation (a
+                 smoke run's build, its figures are not measurements); table on stdout,
+                 JSON in target/bench/
   citus up       build Citus from vendor/citus/ if the server lacks it, start a coordinator
                  and two workers in target/adk-pg-citus/ and migrate an `adk` database in
                  Citus mode; prints its URL
@@ -32,14 +34,16 @@ cargo xtask <command>
   citus bench [ARGS]  append, get and list on a throwaway Citus cluster against a throwaway
                  single server, with the statements and round trips of each and the workers
                  a call touches; figures indicative only (every node shares this machine);
-                 `--quick` for a smoke run; table on stdout, JSON in target/bench/citus.json
+                 `--quick` for a smoke run, `--profile` as for bench; table on stdout, JSON
+                 in target/bench/citus.json
   release --dry-run  package every published crate, print its size and file count, build
                  the packages from their packaged sources, then cargo semver-checks the
                  libraries against the last `v*` tag (else the previous commit); publishing
                  itself is done by hand
   ci             what CI runs: fmt, clippy, the testcontainers build, the release dry run,
-                 test, citus test, then test on PostgreSQL 18 (from the venv .ci/run makes;
-                 skipped without it off CI)
+                 bench --quick --profile dev, test, citus test, citus bench --quick --profile
+                 dev, then test on PostgreSQL 18 (from the venv .ci/run makes; skipped
+                 without it off CI)
 ";
 
 #[derive(Debug)]

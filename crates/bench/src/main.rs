@@ -109,6 +109,12 @@ where
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "bench: this is a debug build: every workload runs, but its figures are not measurements \
+             (`cargo xtask bench` builds the release profile)"
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
