@@ -3,14 +3,17 @@
 //! 1. `cargo package` of every published crate (those whose `publish` is not
 //!    `[]` in `cargo metadata`). The size and file count of each `.crate` are
 //!    printed, and a crate over [`MAX_CRATE_BYTES`] fails the run.
-//! 2. The packaged crates, unpacked into `target/package/check/`, are checked
-//!    together as a workspace of their own (`cargo check`), each depending on
-//!    the others' packaged sources: a file a crate needs but does not ship
-//!    (embedded migrations, SQL, a README it includes) fails here. This
-//!    stands in for `cargo package`'s own verification, which builds each
-//!    crate separately with its own features and so rebuilt most of the
-//!    dependencies once per crate (22 minutes here against a few); `cargo
-//!    publish` still runs that verification when a person publishes.
+//! 2. The packaged crates, unpacked into `target/package/check/`, are made a
+//!    workspace of their own, each depending on the others' packaged
+//!    sources, and checked one crate at a time (`cargo check -p`), each with
+//!    only its own features, as `cargo package` verifies them: a file a crate
+//!    needs but does not ship (embedded migrations, SQL, a README it
+//!    includes) or a feature it forgot to ask for fails here. This stands in
+//!    for `cargo package`'s own verification, which builds each crate in a
+//!    target directory of its own and so rebuilt most of the dependencies
+//!    once per crate (22 minutes here against a few): this one shares the
+//!    workspace's target directory with clippy. `cargo publish` still runs
+//!    that verification when a person publishes.
 //! 3. `cargo semver-checks` of every published library against the last `v*`
 //!    tag, or against the previous commit until a first tag exists, on the
 //!    features docs.rs documents (the feature set users are shown).
@@ -83,23 +86,28 @@ pub fn run() -> anyhow::Result<ExitCode> {
     std::fs::copy(root().join("Cargo.lock"), check_dir.join("Cargo.lock"))
         .context("copying Cargo.lock for the packaged crates")?;
     let started = Instant::now();
-    let status = cargo()
-        .arg("check")
-        .arg("--workspace")
-        .arg("--manifest-path")
-        .arg(check_dir.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&workspace.target_dir)
-        .status()
-        .context("running cargo check on the packaged crates")?;
-    eprintln!("release: the check of the packaged crates took {}", Elapsed(started));
-    if !status.success() {
-        eprintln!(
-            "\nrelease: a packaged crate does not compile from its packaged sources (in {})",
-            check_dir.display()
-        );
-        return Ok(exit_code(status));
+    // One crate at a time, as `cargo package` verifies them: checked
+    // together, a crate would also get the features its neighbours turn on
+    // in shared dependencies, and one that forgot to ask for a feature it
+    // uses would compile here and fail for its users.
+    for package in &published {
+        let status = cargo()
+            .args(["check", "--quiet", "--package", &package.name, "--manifest-path"])
+            .arg(check_dir.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&workspace.target_dir)
+            .status()
+            .context("running cargo check on the packaged crates")?;
+        if !status.success() {
+            eprintln!(
+                "\nrelease: {} does not compile from its packaged sources alone (in {})",
+                package.name,
+                check_dir.display()
+            );
+            return Ok(exit_code(status));
+        }
     }
+    eprintln!("release: the check of the packaged crates, one by one, took {}", Elapsed(started));
 
     semver_checks(&published, &workspace.target_dir)
 }
