@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 
+use crate::flags::take_flag;
 use crate::project::{cargo, exit_code, root};
 
 pub fn run(args: &[String]) -> anyhow::Result<ExitCode> {
@@ -45,43 +46,20 @@ pub fn run(args: &[String]) -> anyhow::Result<ExitCode> {
 /// Cargo's arguments for the profile `--profile NAME` (or `--profile=NAME`)
 /// asks for, `release` without it, and `args` without the flag.
 pub fn cargo_profile(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
-    let mut profile = "release".to_owned();
-    let mut rest = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if arg == "--profile" {
-            profile = args.next().context("--profile needs a cargo profile: release or dev")?.clone();
-        } else if let Some(value) = arg.strip_prefix("--profile=") {
-            profile = value.to_owned();
-        } else {
-            rest.push(arg.clone());
-        }
-    }
+    let (profiles, rest) = take_flag("--profile", "a cargo profile: release or dev", args)?;
+    let profile = profiles.last().map_or("release", String::as_str);
     if profile.is_empty() || profile.starts_with('-') {
         bail!("--profile needs a cargo profile (release or dev), not {profile:?}");
     }
-    Ok((vec!["--profile".to_owned(), profile], rest))
+    Ok((vec!["--profile".to_owned(), profile.to_owned()], rest))
 }
 
 /// Cargo's arguments for the allocator `--allocator NAME` (or
 /// `--allocator=NAME`) asks for, and `args` without it: the allocator is
 /// chosen when the bench is built, so the bench itself never sees the flag.
 fn allocator_features(args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
-    let mut allocator = None;
-    let mut rest = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let value = if arg == "--allocator" {
-            args.next().context("--allocator needs a value: system or mimalloc")?
-        } else if let Some(value) = arg.strip_prefix("--allocator=") {
-            value
-        } else {
-            rest.push(arg.clone());
-            continue;
-        };
-        allocator = Some(value.to_owned());
-    }
-    let features = match allocator.as_deref() {
+    let (allocators, rest) = take_flag("--allocator", "a value: system or mimalloc", args)?;
+    let features = match allocators.last().map(String::as_str) {
         None | Some("system") => Vec::new(),
         Some("mimalloc") => vec!["--features".to_owned(), "adk-postgres-bench/mimalloc".to_owned()],
         Some(other) => bail!("unknown allocator {other:?}: system or mimalloc"),

@@ -137,32 +137,37 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> 
 /// `--server-bin-dir DIR` (or `=DIR`) before any `--`, taken out of the
 /// arguments that go on to the test runner.
 fn take_server_bin_dir(args: Vec<String>) -> anyhow::Result<(Option<PathBuf>, Vec<String>)> {
-    const FLAG: &str = "--server-bin-dir";
-    let mut dir = None;
+    let (mut dirs, rest) = take_flag("--server-bin-dir", "a folder", &args)?;
+    if dirs.len() > 1 {
+        bail!("--server-bin-dir given twice");
+    }
+    Ok((dirs.pop().map(PathBuf::from), rest))
+}
+
+/// The values of `FLAG VALUE` and `FLAG=VALUE` before any `--`, in order,
+/// and the other arguments; `needs` says what a value is when one is missing.
+pub fn take_flag(flag: &str, needs: &str, args: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let mut values = Vec::new();
     let mut rest = Vec::with_capacity(args.len());
-    let mut args = args.into_iter();
+    let mut args = args.iter();
     while let Some(arg) = args.next() {
         if arg == "--" {
-            rest.push(arg);
-            rest.extend(args.by_ref());
+            rest.push(arg.clone());
+            rest.extend(args.by_ref().cloned());
             break;
         }
-        let value = if arg == FLAG {
+        if arg == flag {
             match args.next() {
-                Some(value) => value,
-                None => bail!("{FLAG} needs a folder\n\n{USAGE}"),
+                Some(value) => values.push(value.clone()),
+                None => bail!("{flag} needs {needs}\n\n{USAGE}"),
             }
-        } else if let Some(value) = arg.strip_prefix("--server-bin-dir=") {
-            value.to_owned()
+        } else if let Some(value) = arg.strip_prefix(flag).and_then(|tail| tail.strip_prefix('=')) {
+            values.push(value.to_owned());
         } else {
-            rest.push(arg);
-            continue;
-        };
-        if dir.replace(PathBuf::from(value)).is_some() {
-            bail!("{FLAG} given twice");
+            rest.push(arg.clone());
         }
     }
-    Ok((dir, rest))
+    Ok((values, rest))
 }
 
 /// `cargo xtask test -- -p x` and `cargo xtask test -p x` mean the same.
