@@ -15,8 +15,8 @@ const CHECKS: &[(&str, &[&str])] = &[
     ("the testcontainers build", &["check", "-p", "adk-postgres-testing", "--features", "testcontainers"]),
     // The published crates packaged and checked from their packaged sources,
     // then their API against the last release (about 9 minutes, most of it
-    // semver-checks); before the release build of the benchmarks, since a
-    // missing file in a package fails in its first two minutes.
+    // semver-checks); before the benchmarks and tests, since a missing file
+    // in a package fails in its first minute.
     ("the release dry run", &["xtask", "release", "--dry-run"]),
     // A smoke run of the benchmarks (reduced workload); it asserts nothing
     // about timing, only that every workload runs. Built with the dev

@@ -219,9 +219,10 @@ fn test(args: &[String]) -> anyhow::Result<ExitCode> {
 }
 
 /// The bench's Citus comparison (crates/bench/src/citus.rs), in release
-/// mode unless `--profile NAME` says otherwise. It starts its throwaway Citus and single-server clusters itself,
-/// so they live exactly as long as the measuring process and not through
-/// the build before it; `args` go to the bench after `--citus`.
+/// mode unless `--profile NAME` says otherwise. It starts its throwaway
+/// Citus and single-server clusters itself, so they live exactly as long as
+/// the measuring process and not through the build before it; `args` go to
+/// the bench after `--citus`.
 fn bench(args: &[String]) -> anyhow::Result<ExitCode> {
     let bin_dir = find_server_binaries()?;
     ensure_installed(&bin_dir)?;
