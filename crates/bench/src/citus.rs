@@ -61,7 +61,7 @@ const OPS: [Op; 3] = [Op::AppendSequential, Op::Get40, Op::List100];
 /// the one signature of each function.
 const APPEND_SQL: &str = "SELECT outcome, seq FROM adk_append_event($1, $2, $3, $4, $5, $6, $7, $8, \
      $9::text::jsonb, $10::text::jsonb, $11::text::jsonb, '{}'::jsonb, NULL::bigint, NULL::interval)";
-const GET_SQL: &str = "SELECT * FROM adk_get_session($1, $2, $3, $4, NULL::bigint, NULL::bigint)";
+const GET_SQL: &str = "SELECT * FROM adk_read_session($1, $2, $3, $4, NULL::bigint, NULL::bigint)";
 const LIST_SQL: &str = "SELECT * FROM adk_list_sessions($1, $2, $3, NULL::timestamptz, NULL::text, $4, \
      '{}'::jsonb, NULL::timestamptz, NULL::timestamptz)";
 
@@ -907,8 +907,14 @@ async fn call_directly(client: &Client, op: Op, explain: bool) -> anyhow::Result
                 .query(&format!("{prefix}{GET_SQL}"), &[&APP, &APP, &GET_USER, &GET_SESSION])
                 .await
                 .context("getting directly")?;
-            // The session's row, then one per event.
-            ensure!(explain || rows.len() == EVENTS_PER_SESSION + 1, "the direct get returned {} rows", rows.len());
+            // One row: the session, with its events as an array.
+            if !explain {
+                let events = match rows.as_slice() {
+                    [row] => row.try_get::<_, Vec<serde_json::Value>>("events")?.len(),
+                    _ => anyhow::bail!("the direct get returned {} rows", rows.len()),
+                };
+                ensure!(events == EVENTS_PER_SESSION, "the direct get returned {events} events");
+            }
             rows
         }
         Op::List100 => {
@@ -1245,7 +1251,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         assert_eq!(explain_nodes(&plan), BTreeSet::from(["127.0.0.1:40111".to_owned()]));
-        assert!(explain_nodes(&["Function Scan on adk_get_session".to_owned()]).is_empty());
+        assert!(explain_nodes(&["Function Scan on adk_read_session".to_owned()]).is_empty());
     }
 
     #[test]

@@ -31,7 +31,7 @@ const APPEND_SQL: &str = "SELECT outcome, seq, session_day, updated_at, payload,
 const APPEND_USER_SQL: &str = "SELECT outcome, seq, session_day, updated_at, payload, successor_id \
      FROM adk_append_event(NULL, :app, :s, :s, :e, :inv, :author, :ts, :payload_u, :sdelta_u, :udelta, :empty, NULL, NULL);";
 const GET_SQL: &str = "SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, \
-     successor_id, user_state, app_state, payload FROM adk_get_session(NULL, :app, :u, :sid, NULL, LIMIT);";
+     successor_id, user_state, app_state, events FROM adk_read_session(NULL, :app, :u, :sid, NULL, LIMIT);";
 const LIST_SQL: &str = "SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state \
      FROM adk_list_sessions(NULL, :app, :u, NULL, NULL, :lim);";
 

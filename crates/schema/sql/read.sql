@@ -16,8 +16,8 @@
 -- sequential scans off cannot: it reads the partition through its index
 -- whatever the statistics said, and it prunes the other partitions as it
 -- starts, so one plan serves every day. tests/tests/store/plan_cache.rs pins both.
-CREATE OR REPLACE FUNCTION adk_get_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint)
- RETURNS TABLE(state jsonb, last_seq bigint, session_day date, created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, closed_at timestamp with time zone, successor_id text, display_name text, labels jsonb, user_state jsonb, app_state jsonb, payload jsonb)
+CREATE OR REPLACE FUNCTION adk_read_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint)
+ RETURNS TABLE(state jsonb, last_seq bigint, session_day date, created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, closed_at timestamp with time zone, successor_id text, display_name text, labels jsonb, user_state jsonb, app_state jsonb, events jsonb[])
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
 SET plan_cache_mode = force_generic_plan
@@ -45,10 +45,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    RETURN QUERY SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at,
-                        s.closed_at, s.successor_id, s.display_name, s.labels, s.user_state, s.app_state,
-                        NULL::jsonb;
     IF s.last_seq = 0 OR p_limit = 0 THEN
+        RETURN QUERY SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at,
+                            s.closed_at, s.successor_id, s.display_name, s.labels, s.user_state, s.app_state,
+                            '{}'::jsonb[];
         RETURN;
     END IF;
     -- A static statement, so its plan is kept: generic (the function's
@@ -57,18 +57,49 @@ BEGIN
     -- and made with sequential scans off, so a plan made while the day's
     -- partition was small reads it by index once it has filled.
     RETURN QUERY
-    SELECT NULL::jsonb, NULL::bigint, NULL::date, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
-           NULL::timestamptz, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::jsonb, recent.payload
+    SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at,
+           s.closed_at, s.successor_id, s.display_name, s.labels, s.user_state, s.app_state,
+           coalesce(pg_catalog.array_agg(recent.payload ORDER BY recent.seq), '{}'::jsonb[])
       FROM (SELECT e.seq, e.payload FROM adk_events e
              WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
                AND e.session_day = s.session_day AND e.seq <= s.last_seq
                AND (p_after_ts IS NULL OR e.event_ts >= p_after_ts)
              ORDER BY e.seq DESC
-             LIMIT p_limit) recent
-     ORDER BY recent.seq;
+             LIMIT p_limit) recent;
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_read_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint) FROM PUBLIC;
+
+-- The get as the store sent it before adk_read_session (a row per event),
+-- kept for a service still running such a build while its schema moves on
+-- in a rolling deploy, and for SQL callers. Its rows are adk_read_session's
+-- one row unnested, so the two cannot differ.
+CREATE OR REPLACE FUNCTION adk_get_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint)
+ RETURNS TABLE(state jsonb, last_seq bigint, session_day date, created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, closed_at timestamp with time zone, successor_id text, display_name text, labels jsonb, user_state jsonb, app_state jsonb, payload jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+SET search_path = pg_catalog, :"store_schema", pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s record;
+BEGIN
+    SELECT * INTO s FROM adk_read_session(p_tenant, p_app_name, p_user_id, p_session_id, p_after_ts, p_limit);
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT s.state, s.last_seq, s.session_day, s.created_at, s.updated_at, s.expires_at,
+                        s.closed_at, s.successor_id, s.display_name, s.labels, s.user_state, s.app_state,
+                        NULL::jsonb;
+    RETURN QUERY
+    SELECT NULL::jsonb, NULL::bigint, NULL::date, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+           NULL::timestamptz, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::jsonb, e.payload
+      FROM pg_catalog.unnest(s.events) WITH ORDINALITY AS e(payload, n)
+     ORDER BY e.n;
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_get_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint) FROM PUBLIC;
+SELECT adk_grant_like('adk_read_session(text, text, text, text, bigint, bigint)', 'adk_get_session(text, text, text, text, bigint, bigint)');
 
 CREATE OR REPLACE FUNCTION adk_list_sessions(
     p_tenant         text,

@@ -8,7 +8,7 @@
 //! While statistics say today's partition holds a handful of rows, a
 //! sequential scan plus a sort is the cheapest way to read it, so the generic
 //! plan reads every row of the partition on every call, long after it holds
-//! tens of thousands. So `adk_get_session` and the change feed's
+//! tens of thousands. So `adk_read_session` and the change feed's
 //! `adk_read_events_after` keep one generic plan for their event reads made
 //! with sequential scans off (migrations 20 and 22: an index read whatever
 //! the statistics said, never planned again, the session's partition chosen
@@ -41,8 +41,7 @@ const FILL_SESSIONS: i32 = 500;
 const FILL_EVENTS: i32 = 100;
 
 /// As the store reads a session: the latest events, limited.
-const GET_SQL: &str =
-    "SELECT payload FROM adk_get_session(NULL, 'app', 'user', 'warm', NULL, 20) WHERE payload IS NOT NULL";
+const GET_SQL: &str = "SELECT pg_catalog.unnest(events) FROM adk_read_session(NULL, 'app', 'user', 'warm', NULL, 20)";
 
 /// As the change feed reads a session: the events after a seq, a page.
 const FEED_SQL: &str =
@@ -112,7 +111,7 @@ async fn a_warm_connection_reads_a_partition_that_filled_since_by_index() {
 
         // The store's functions reach the filled partition by index only.
         let Outcome { partition, get_session, read_events_after, append_event, .. } = &outcome;
-        for (function, scans) in [("adk_get_session", get_session), ("adk_read_events_after", read_events_after)] {
+        for (function, scans) in [("adk_read_session", get_session), ("adk_read_events_after", read_events_after)] {
             assert_eq!(scans.seq, 0, "{function} scanned {partition} sequentially: {outcome:?}");
             assert!(scans.idx >= MEASURED_CALLS as i64, "{function} used no index: {outcome:?}");
             assert_eq!(scans.elsewhere, 0, "{function} read partitions besides {partition}: {outcome:?}");

@@ -58,7 +58,7 @@ async fn get_reads_one_partition_of_forty() {
         .expect("day")
         .get(0);
 
-    // The store reads events through adk_get_session; auto_explain shows the
+    // The store reads events through adk_read_session; auto_explain shows the
     // plan of the statement inside it, as executed, under both plan modes.
     let (explaining, plans) = client_explaining(db.url()).await;
     let expected = format!("adk_events_p{}", day.replace('-', ""));
@@ -67,7 +67,7 @@ async fn get_reads_one_partition_of_forty() {
         drain(&plans);
         let rows = explaining
             .query(
-                "SELECT payload FROM adk_get_session(NULL, 'app', 'user', $1, NULL, NULL) WHERE payload IS NOT NULL",
+                "SELECT pg_catalog.unnest(events) FROM adk_read_session(NULL, 'app', 'user', $1, NULL, NULL)",
                 &[&key.session_id.as_str()],
             )
             .await
@@ -83,7 +83,7 @@ async fn get_reads_one_partition_of_forty() {
     explaining.batch_execute("BEGIN").await.expect("begin");
     explaining
         .query(
-            "SELECT payload FROM adk_get_session(NULL, 'app', 'user', $1, NULL, NULL) WHERE payload IS NOT NULL",
+            "SELECT pg_catalog.unnest(events) FROM adk_read_session(NULL, 'app', 'user', $1, NULL, NULL)",
             &[&key.session_id.as_str()],
         )
         .await
@@ -101,6 +101,80 @@ async fn get_reads_one_partition_of_forty() {
         .collect();
     explaining.batch_execute("COMMIT").await.expect("commit");
     assert_eq!(touched, vec![expected]);
+}
+
+/// `adk_get_session`, kept for older builds, answers a row per event what
+/// `adk_read_session`, which the store calls, answers in one row: for every
+/// filter, and nothing for a missing session.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kept_row_per_event_get_answers_what_the_one_row_get_does() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let key = new_session(&store, "app", "user").await;
+    for n in 0..5 {
+        store.append(&key, event_with_delta(json!({ "n": n })), AppendOptions::default()).await.expect("append");
+    }
+    let third: i64 = sql
+        .query_one("SELECT event_ts FROM adk_events WHERE session_id = $1 AND seq = 3", &[&key.session_id.as_str()])
+        .await
+        .expect("third event's time")
+        .get(0);
+    const HEADER: &str = "state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, \
+                          successor_id, display_name, labels, user_state, app_state";
+    let cases: [(Option<i64>, Option<i64>, usize); 6] = [
+        (None, None, 5),
+        (None, Some(2), 2),
+        (None, Some(0), 0),
+        (Some(third), None, 3),
+        (Some(third), Some(1), 1),
+        (None, Some(9), 5),
+    ];
+    for (after, limit, expected) in cases {
+        let session = key.session_id.as_str();
+        let rows = sql
+            .query(
+                &format!(
+                    "SELECT pg_catalog.to_jsonb(ROW({HEADER}))::text, pg_catalog.to_jsonb(events)::text
+                       FROM adk_read_session(NULL, 'app', 'user', $1, $2, $3)"
+                ),
+                &[&session, &after, &limit],
+            )
+            .await
+            .expect("adk_read_session");
+        let [one_row] = rows.as_slice() else { panic!("adk_read_session gave {} rows", rows.len()) };
+        let (header, events): (String, String) = (one_row.get(0), one_row.get(1));
+        let kept = sql
+            .query(
+                &format!(
+                    "SELECT pg_catalog.to_jsonb(ROW({HEADER}))::text, payload::text
+                       FROM adk_get_session(NULL, 'app', 'user', $1, $2, $3)"
+                ),
+                &[&session, &after, &limit],
+            )
+            .await
+            .expect("adk_get_session");
+        let (kept_header, kept_events) = kept.split_first().expect("a header row");
+        assert_eq!(kept_header.get::<_, String>(0), header, "after {after:?}, limit {limit:?}");
+        assert!(kept_header.get::<_, Option<String>>(1).is_none(), "the header row carries no event");
+        let kept_events: Vec<serde_json::Value> =
+            kept_events.iter().map(|row| serde_json::from_str(&row.get::<_, String>(1)).expect("event")).collect();
+        let events: Vec<serde_json::Value> = serde_json::from_str(&events).expect("events");
+        assert_eq!(events.len(), expected, "after {after:?}, limit {limit:?}");
+        assert_eq!(kept_events, events, "after {after:?}, limit {limit:?}");
+        // The newest `expected` events, oldest first.
+        let order: Vec<i64> =
+            events.iter().map(|e| e["actions"]["state_delta"]["n"].as_i64().expect("the event's n")).collect();
+        let newest: Vec<i64> = (5 - expected as i64..5).collect();
+        assert_eq!(order, newest, "after {after:?}, limit {limit:?}");
+    }
+    for function in ["adk_read_session", "adk_get_session"] {
+        let rows = sql
+            .query(&format!("SELECT 1 FROM {function}(NULL, 'app', 'user', 'no-such-session', NULL, NULL)"), &[])
+            .await
+            .expect(function);
+        assert!(rows.is_empty(), "{function} answered a missing session");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -32,7 +32,9 @@ const LAST_RELEASED: &str = "20261202000023";
 /// - `adk_on_citus`: new, whether the store runs on Citus;
 /// - `adk_append_event`, `adk_create_session`: one body each for one server
 ///   and Citus, branching on it; the append also takes the event's media;
-/// - `adk_fork_session`: the copies hold the original's media.
+/// - `adk_fork_session`: the copies hold the original's media;
+/// - `adk_get_session`: the same rows, unnested from `adk_read_session`'s
+///   one row, which the store calls instead (issue 37).
 const CHANGED_SINCE_RELEASE: &[&str] = &[
     "adk_on_citus",
     "adk_append_event",
@@ -42,6 +44,7 @@ const CHANGED_SINCE_RELEASE: &[&str] = &[
     "adk_usage_bytes",
     "adk_erase_user_batch",
     "adk_redact_event",
+    "adk_get_session",
 ];
 
 /// Store functions the released migrations did not have: the released
@@ -56,6 +59,7 @@ const NEW_SINCE_RELEASE: &[&str] = &[
     "adk_merge_app_state",
     "adk_list_events",
     "adk_list_app_sessions",
+    "adk_read_session",
 ];
 
 /// Everything of the catalog the install may touch, keyed by object, with
@@ -208,7 +212,7 @@ async fn an_unchanged_install_runs_nothing_and_a_changed_one_replaces() {
     // the next migrate, because the recorded text no longer matches.
     sql.batch_execute(
         "UPDATE adk_schema_sql SET sha256 = repeat('0', 64);
-                       ALTER FUNCTION adk_get_session(text, text, text, text, bigint, bigint) SET enable_seqscan = on",
+                       ALTER FUNCTION adk_read_session(text, text, text, text, bigint, bigint) SET enable_seqscan = on",
     )
     .await
     .expect("drift");
@@ -216,7 +220,7 @@ async fn an_unchanged_install_runs_nothing_and_a_changed_one_replaces() {
     let config: Vec<String> = sql
         .query_one(
             "SELECT proconfig::text[] FROM pg_proc
-              WHERE oid = 'adk_get_session(text, text, text, text, bigint, bigint)'::regprocedure",
+              WHERE oid = 'adk_read_session(text, text, text, text, bigint, bigint)'::regprocedure",
             &[],
         )
         .await

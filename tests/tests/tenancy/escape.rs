@@ -892,6 +892,10 @@ fn foreign_reads(t: &str) -> Vec<(&'static str, String)> {
     vec![
         ("adk_get_blobs", alpha_blob_read(t)),
         (
+            "adk_read_session",
+            format!("SELECT count(*) FROM adk_read_session({t}, 'alpha', 'u1', 'alpha-session', NULL, NULL)"),
+        ),
+        (
             "adk_get_session",
             format!("SELECT count(*) FROM adk_get_session({t}, 'alpha', 'u1', 'alpha-session', NULL, NULL)"),
         ),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use adk_postgres_domain::event::timestamp_to_nanos;
 use adk_postgres_domain::state::{SharedScopes, merge_scopes};
 use adk_postgres_domain::{
-    AppName, CreateSession, Event, GetOptions, JsonEvents, JsonSession, ListSessions, OnExisting, PageToken,
-    ScopedState, Session, SessionId, SessionKey, SessionMetadata, SessionPage, SessionSummary, StoreError, UserId,
+    AppName, CreateSession, Event, GetOptions, JsonSession, ListSessions, OnExisting, PageToken, ScopedState, Session,
+    SessionId, SessionKey, SessionMetadata, SessionPage, SessionSummary, StoreError, UserId,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -16,7 +16,7 @@ use super::{PgSessionStore, TenantScope, interval, media, only_row, single, stor
 use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{
-    self as sql, BlobRow, CreatedRow, DeletedRow, FoundRow, GetRow, MetadataOutcome, MetadataRow, RolloverOutcome,
+    self as sql, BlobRow, CreatedRow, DeletedRow, FoundRow, MetadataOutcome, MetadataRow, ReadRow, RolloverOutcome,
     RolloverRow, SummaryRow,
 };
 use crate::pool::with_retries;
@@ -193,20 +193,14 @@ impl PgSessionStore {
             .after
             .map(|after| timestamp_to_nanos(after).unwrap_or(if after.timestamp() < 0 { i64::MIN } else { i64::MAX }));
         let limit = options.num_recent_events.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let rows = with_retries!(self, |conn| sql::GetSession { key: self.key_args(key), after_ts: after, limit }
-            .load::<GetRow>(&mut conn)
+        let rows = with_retries!(self, |conn| sql::ReadSession { key: self.key_args(key), after_ts: after, limit }
+            .load::<ReadRow>(&mut conn)
             .await
             .map_err(|e| from_diesel(e, "state")))?;
-        let mut rows = rows.into_iter();
-        let session = rows.next().ok_or_else(|| StoreError::NotFound(key.clone()))?;
-        let corrupt = |what: &str| StoreError::Database { message: format!("adk_get_session returned no {what}") };
-        let bytes = rows.as_slice().iter().map(|row| row.payload.as_ref().map_or(0, |json| json.0.len())).sum();
-        let mut events = JsonEvents::with_capacity(rows.len(), bytes);
-        for row in rows {
-            events.push(&row.payload.ok_or_else(|| corrupt("payload on an event row"))?.0);
-        }
-        let last_seq = session.last_seq.ok_or_else(|| corrupt("last_seq"))?;
-        let session_state = stored_state("session state", session.state)?;
+        let session = rows.into_iter().next().ok_or_else(|| StoreError::NotFound(key.clone()))?;
+        let events = session.events.0;
+        let last_seq = session.last_seq;
+        let session_state = stored_state("session state", Some(session.state))?;
         let user = stored_state("user state", session.user_state)?;
         let app = stored_state("app state", session.app_state)?;
         let session = Session {
@@ -214,8 +208,8 @@ impl PgSessionStore {
             state: SharedScopes::new(&user, &app).merge_into(session_state),
             events: Vec::new(),
             version: version(last_seq),
-            last_update_time: session.updated_at.ok_or_else(|| corrupt("updated_at"))?,
-            created_at: session.created_at.ok_or_else(|| corrupt("created_at"))?,
+            last_update_time: session.updated_at,
+            created_at: session.created_at,
             expires_at: session.expires_at,
             closed_at: session.closed_at,
             successor: session
@@ -223,10 +217,7 @@ impl PgSessionStore {
                 .map(SessionId::new)
                 .transpose()
                 .map_err(|e| StoreError::Database { message: format!("stored successor id is corrupt: {e}") })?,
-            metadata: SessionMetadata {
-                display_name: session.display_name,
-                labels: session.labels.ok_or_else(|| corrupt("labels"))?.0,
-            },
+            metadata: SessionMetadata { display_name: session.display_name, labels: session.labels.0 },
         };
         Ok(JsonSession { session, events })
     }
