@@ -16,6 +16,10 @@
 -- sequential scans off cannot: it reads the partition through its index
 -- whatever the statistics said, and it prunes the other partitions as it
 -- starts, so one plan serves every day. tests/tests/store/plan_cache.rs pins both.
+--
+-- The get in one row: the events come as one jsonb[] rather than a row
+-- each, which had cost the client a row's handling per event, twelve NULL
+-- columns included, and the wire 11% more bytes (issue 37).
 CREATE OR REPLACE FUNCTION adk_read_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint)
  RETURNS TABLE(state jsonb, last_seq bigint, session_day date, created_at timestamp with time zone, updated_at timestamp with time zone, expires_at timestamp with time zone, closed_at timestamp with time zone, successor_id text, display_name text, labels jsonb, user_state jsonb, app_state jsonb, events jsonb[])
  LANGUAGE plpgsql
