@@ -32,8 +32,8 @@ const APPEND_USER_SQL: &str = "SELECT outcome, seq, session_day, updated_at, pay
      FROM adk_append_event(NULL, :app, :s, :s, :e, :inv, :author, :ts, :payload_u, :sdelta_u, :udelta, :empty, NULL, NULL);";
 const GET_SQL: &str = "SELECT state, last_seq, session_day, created_at, updated_at, expires_at, closed_at, \
      successor_id, user_state, app_state, events FROM adk_read_session(NULL, :app, :u, :sid, NULL, LIMIT);";
-const LIST_SQL: &str = "SELECT session_id, state, last_seq, created_at, updated_at, expires_at, user_state, app_state \
-     FROM adk_list_sessions(NULL, :app, :u, NULL, NULL, :lim);";
+const LIST_SQL: &str = "SELECT session_ids, states, last_seqs, created_ats, updated_ats, expires_ats, display_names, \
+     label_sets, user_state, app_state FROM adk_read_sessions(NULL, :app, :u, NULL, NULL, :lim);";
 
 /// Which SQL a pgbench run sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

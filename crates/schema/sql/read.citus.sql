@@ -4,7 +4,7 @@
 -- arguments on every call, still with sequential scans off.
 
 ALTER FUNCTION adk_read_session(text, text, text, text, bigint, bigint) SET plan_cache_mode = force_custom_plan;
-ALTER FUNCTION adk_list_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb,
+ALTER FUNCTION adk_read_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb,
                                  timestamp with time zone, timestamp with time zone)
     SET plan_cache_mode = force_custom_plan;
 ALTER FUNCTION adk_list_events(text, text, text, text, bigint, bigint, bigint) SET plan_cache_mode = force_custom_plan;

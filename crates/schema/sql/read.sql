@@ -105,6 +105,98 @@ $$;
 REVOKE EXECUTE ON FUNCTION adk_get_session(p_tenant text, p_app_name text, p_user_id text, p_session_id text, p_after_ts bigint, p_limit bigint) FROM PUBLIC;
 SELECT adk_grant_like('adk_read_session(text, text, text, text, bigint, bigint)', 'adk_get_session(text, text, text, text, bigint, bigint)');
 
+-- The list in one row: the page's sessions as one array per column, in the
+-- page's order, with the live user and app state once beside them. A row
+-- per session had cost the client a row's handling each (a name lookup per
+-- column per row among them) and the server a window function to put the
+-- user and app state on the first row only (issue 37).
+--
+-- Each array is aggregated from the page's subquery in its ORDER BY order
+-- (a sorted subquery feeding an aggregate, as PostgreSQL documents for
+-- array_agg) rather than by an ORDER BY per aggregate, which on PostgreSQL
+-- 15 would sort the page once per column.
+CREATE OR REPLACE FUNCTION adk_read_sessions(
+    p_tenant         text,
+    p_app_name       text,
+    p_user_id        text,
+    p_after_time     timestamptz,
+    p_after_id       text,
+    p_limit          bigint,
+    p_labels         jsonb DEFAULT '{}',
+    p_updated_after  timestamptz DEFAULT NULL,
+    p_updated_before timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    session_ids   text[],
+    states        jsonb[],
+    last_seqs     bigint[],
+    created_ats   timestamptz[],
+    updated_ats   timestamptz[],
+    expires_ats   timestamptz[],
+    display_names text[],
+    label_sets    jsonb[],
+    user_state    jsonb,
+    app_state     jsonb
+)
+LANGUAGE plpgsql
+STABLE SECURITY DEFINER
+SET search_path = pg_catalog, :"store_schema", pg_temp
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        RETURN;
+    END IF;
+    IF p_labels IS NULL OR p_labels = '{}'::jsonb THEN
+        RETURN QUERY
+        SELECT coalesce(pg_catalog.array_agg(p.session_id), '{}'), coalesce(pg_catalog.array_agg(p.state), '{}'),
+               coalesce(pg_catalog.array_agg(p.last_seq), '{}'), coalesce(pg_catalog.array_agg(p.created_at), '{}'),
+               coalesce(pg_catalog.array_agg(p.updated_at), '{}'), coalesce(pg_catalog.array_agg(p.expires_at), '{}'),
+               coalesce(pg_catalog.array_agg(p.display_name), '{}'), coalesce(pg_catalog.array_agg(p.labels), '{}'),
+               (SELECT us.state FROM adk_user_states us WHERE us.app_name = p_app_name AND us.user_id = p_user_id),
+               (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = p_app_name)
+          FROM (SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at,
+                       s.display_name, s.labels
+                  FROM adk_sessions s
+                 WHERE s.app_name = p_app_name AND s.user_id = p_user_id
+                   AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
+                   AND (p_updated_after IS NULL OR s.updated_at >= p_updated_after)
+                   AND (p_updated_before IS NULL OR s.updated_at < p_updated_before)
+                   AND (p_after_time IS NULL OR (s.updated_at, s.session_id) < (p_after_time, p_after_id))
+                 ORDER BY s.updated_at DESC, s.session_id DESC
+                 LIMIT p_limit) p;
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE
+        'SELECT coalesce(pg_catalog.array_agg(p.session_id), ''{}''), coalesce(pg_catalog.array_agg(p.state), ''{}''),
+                coalesce(pg_catalog.array_agg(p.last_seq), ''{}''), coalesce(pg_catalog.array_agg(p.created_at), ''{}''),
+                coalesce(pg_catalog.array_agg(p.updated_at), ''{}''), coalesce(pg_catalog.array_agg(p.expires_at), ''{}''),
+                coalesce(pg_catalog.array_agg(p.display_name), ''{}''), coalesce(pg_catalog.array_agg(p.labels), ''{}''),
+                (SELECT us.state FROM adk_user_states us WHERE us.app_name = $1 AND us.user_id = $2),
+                (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = $1)
+           FROM (SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at,
+                        s.display_name, s.labels
+                   FROM adk_sessions s
+                  WHERE s.app_name = $1 AND s.user_id = $2
+                    AND s.labels OPERATOR(pg_catalog.@>) $3 AND s.labels OPERATOR(pg_catalog.<>) ''{}''::jsonb
+                    AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
+                    AND ($4::timestamptz IS NULL OR s.updated_at >= $4)
+                    AND ($5::timestamptz IS NULL OR s.updated_at < $5)
+                    AND ($6::timestamptz IS NULL OR (s.updated_at, s.session_id) < ($6, $7))
+                  ORDER BY s.updated_at DESC, s.session_id DESC
+                  LIMIT $8) p'
+        USING p_app_name, p_user_id, p_labels, p_updated_after, p_updated_before, p_after_time, p_after_id,
+              p_limit;
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION adk_read_sessions(p_tenant text, p_app_name text, p_user_id text, p_after_time timestamp with time zone, p_after_id text, p_limit bigint, p_labels jsonb, p_updated_after timestamp with time zone, p_updated_before timestamp with time zone) FROM PUBLIC;
+
+-- The list as the store sent it before adk_read_sessions (a row per
+-- session, the user and app state on the first), kept for a service still
+-- running such a build while its schema moves on in a rolling deploy, and
+-- for SQL callers. Its rows are adk_read_sessions' one row unnested, so the
+-- two cannot differ.
 CREATE OR REPLACE FUNCTION adk_list_sessions(
     p_tenant         text,
     p_app_name       text,
@@ -130,59 +222,36 @@ CREATE OR REPLACE FUNCTION adk_list_sessions(
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, :"store_schema", pg_temp
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    p record;
 BEGIN
-    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+    SELECT * INTO p
+      FROM adk_read_sessions(p_tenant, p_app_name, p_user_id, p_after_time, p_after_id, p_limit, p_labels,
+                             p_updated_after, p_updated_before);
+    IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF p_labels IS NULL OR p_labels = '{}'::jsonb THEN
-        RETURN QUERY
-        SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at, s.display_name,
-               s.labels,
-               CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
-                   (SELECT us.state FROM adk_user_states us WHERE us.app_name = p_app_name AND us.user_id = p_user_id)
-               END,
-               CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
-                   (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = p_app_name)
-               END
-        FROM adk_sessions s
-        WHERE s.app_name = p_app_name AND s.user_id = p_user_id
-          AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
-          AND (p_updated_after IS NULL OR s.updated_at >= p_updated_after)
-          AND (p_updated_before IS NULL OR s.updated_at < p_updated_before)
-          AND (p_after_time IS NULL OR (s.updated_at, s.session_id) < (p_after_time, p_after_id))
-        WINDOW w AS (ORDER BY s.updated_at DESC, s.session_id DESC)
-        ORDER BY s.updated_at DESC, s.session_id DESC
-        LIMIT p_limit;
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE
-        'SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at, s.display_name,
-                s.labels,
-                CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
-                    (SELECT us.state FROM adk_user_states us WHERE us.app_name = $1 AND us.user_id = $2)
-                END,
-                CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
-                    (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = $1)
-                END
-           FROM adk_sessions s
-          WHERE s.app_name = $1 AND s.user_id = $2
-            AND s.labels OPERATOR(pg_catalog.@>) $3 AND s.labels OPERATOR(pg_catalog.<>) ''{}''::jsonb
-            AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
-            AND ($4::timestamptz IS NULL OR s.updated_at >= $4)
-            AND ($5::timestamptz IS NULL OR s.updated_at < $5)
-            AND ($6::timestamptz IS NULL OR (s.updated_at, s.session_id) < ($6, $7))
-         WINDOW w AS (ORDER BY s.updated_at DESC, s.session_id DESC)
-         ORDER BY s.updated_at DESC, s.session_id DESC
-         LIMIT $8'
-        USING p_app_name, p_user_id, p_labels, p_updated_after, p_updated_before, p_after_time, p_after_id,
-              p_limit;
+    RETURN QUERY
+    SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at, s.display_name, s.labels,
+           CASE WHEN s.n = 1 THEN p.user_state END,
+           CASE WHEN s.n = 1 THEN p.app_state END
+      -- ROWS FROM rather than unnest's many-array form, which only the
+      -- unqualified name takes: the arrays side by side, element by element.
+      FROM ROWS FROM (pg_catalog.unnest(p.session_ids), pg_catalog.unnest(p.states), pg_catalog.unnest(p.last_seqs),
+                      pg_catalog.unnest(p.created_ats), pg_catalog.unnest(p.updated_ats),
+                      pg_catalog.unnest(p.expires_ats), pg_catalog.unnest(p.display_names),
+                      pg_catalog.unnest(p.label_sets))
+           WITH ORDINALITY AS s(session_id, state, last_seq, created_at, updated_at, expires_at, display_name,
+                                labels, n)
+     ORDER BY s.n;
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION adk_list_sessions(p_tenant text, p_app_name text, p_user_id text, p_after_time timestamp with time zone, p_after_id text, p_limit bigint, p_labels jsonb, p_updated_after timestamp with time zone, p_updated_before timestamp with time zone) FROM PUBLIC;
+SELECT adk_grant_like(
+    'adk_read_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb, timestamp with time zone, timestamp with time zone)',
+    'adk_list_sessions(text, text, text, timestamp with time zone, text, bigint, jsonb, timestamp with time zone, timestamp with time zone)');
 
 -- One page of a session's events without the session (list_events):
 -- forward after p_after, or backward before p_before (exactly one of them),

@@ -144,6 +144,7 @@ pub const FILES_ONLY: &[&str] = &[
     "adk_list_events(text,text,text,text,bigint,bigint,bigint)",
     "adk_list_app_sessions(text,text,timestamp with time zone,text,text,bigint,jsonb,timestamp with time zone,timestamp with time zone)",
     "adk_read_session(text,text,text,text,bigint,bigint)",
+    "adk_read_sessions(text,text,text,timestamp with time zone,text,bigint,jsonb,timestamp with time zone,timestamp with time zone)",
 ];
 
 /// Drops [`FILES_ONLY`], once every migration is reverted.

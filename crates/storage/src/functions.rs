@@ -349,9 +349,10 @@ pub(crate) struct ReadRow {
     pub events: EventArray,
 }
 
-// `adk_get_session`, the get a row per event, is kept in the schema for a
-// service still running a build that calls it during a rolling deploy; the
-// store no longer does, but a service role may still run it.
+// `adk_get_session` and `adk_list_sessions`, the get a row per event and
+// the list a row per session, are kept in the schema for a service still
+// running a build that calls them during a rolling deploy; the store no
+// longer does, but a service role may still run them.
 #[allow(dead_code)]
 mod kept_for_older_builds {
     use super::*;
@@ -376,8 +377,35 @@ mod kept_for_older_builds {
                 payload: "jsonb",
             }
     }
+
+    store_function! {
+        /// The list as the store called it before `adk_read_sessions`: a
+        /// row per session, the app and user state on the first.
+        ListSessions => adk_list_sessions(
+            tenant: OptTextArg,
+            app_name: TextArg,
+            user_id: TextArg,
+            after_time: OptTimestamptzArg,
+            after_id: OptTextArg,
+            limit: BigIntArg,
+            labels: JsonArg,
+            updated_after: OptTimestamptzArg,
+            updated_before: OptTimestamptzArg,
+        ) -> SummaryRow {
+            session_id: "text",
+            state: "jsonb",
+            last_seq: "bigint",
+            created_at: "timestamp with time zone",
+            updated_at: "timestamp with time zone",
+            expires_at: "timestamp with time zone",
+            display_name: "text",
+            labels: "jsonb",
+            user_state: "jsonb",
+            app_state: "jsonb",
+        }
+    }
 }
-use kept_for_older_builds::GetSession;
+use kept_for_older_builds::{GetSession, ListSessions};
 
 /// A get's events straight from the binary `jsonb[]` into one buffer plus
 /// spans: no row, no allocation and no parse per event (a row per event
@@ -468,9 +496,10 @@ impl FromSql<Jsonb, Pg> for StoredLabels {
 store_function! {
     /// One keyset page of a user's live sessions, newest first, carrying
     /// every label of `labels` and last updated in the half-open window
-    /// `[updated_after, updated_before)`; the app and user state come once,
-    /// on the first row.
-    ListSessions => adk_list_sessions(
+    /// `[updated_after, updated_before)`, as one row: an array per column in
+    /// the page's order, and the app and user state once. No row when the
+    /// app is not the tenant's.
+    ReadSessions => adk_read_sessions(
         tenant: OptTextArg,
         app_name: TextArg,
         user_id: TextArg,
@@ -480,31 +509,41 @@ store_function! {
         labels: JsonArg,
         updated_after: OptTimestamptzArg,
         updated_before: OptTimestamptzArg,
-    ) -> SummaryRow {
-        session_id: "text",
-        state: "jsonb",
-        last_seq: "bigint",
-        created_at: "timestamp with time zone",
-        updated_at: "timestamp with time zone",
-        expires_at: "timestamp with time zone",
-        display_name: "text",
-        labels: "jsonb",
+    ) -> SessionsRow {
+        session_ids: "text[]",
+        states: "jsonb[]",
+        last_seqs: "bigint[]",
+        created_ats: "timestamp with time zone[]",
+        updated_ats: "timestamp with time zone[]",
+        expires_ats: "timestamp with time zone[]",
+        display_names: "text[]",
+        label_sets: "jsonb[]",
         user_state: "jsonb",
         app_state: "jsonb",
     }
 }
 
+/// `adk_read_sessions`' row: the arrays are the page's columns, one element
+/// per session in the page's order.
 #[derive(diesel::QueryableByName)]
-#[diesel(table_name = adk_sessions, check_for_backend(Pg))]
-pub(crate) struct SummaryRow {
-    pub session_id: String,
-    pub state: Value,
-    pub last_seq: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub display_name: Option<String>,
-    pub labels: StoredLabels,
+#[diesel(check_for_backend(Pg))]
+pub(crate) struct SessionsRow {
+    #[diesel(sql_type = Array<Text>)]
+    pub session_ids: Vec<String>,
+    #[diesel(sql_type = Array<Jsonb>)]
+    pub states: Vec<Value>,
+    #[diesel(sql_type = Array<BigInt>)]
+    pub last_seqs: Vec<i64>,
+    #[diesel(sql_type = Array<Timestamptz>)]
+    pub created_ats: Vec<DateTime<Utc>>,
+    #[diesel(sql_type = Array<Timestamptz>)]
+    pub updated_ats: Vec<DateTime<Utc>>,
+    #[diesel(sql_type = Array<Nullable<Timestamptz>>)]
+    pub expires_ats: Vec<Option<DateTime<Utc>>>,
+    #[diesel(sql_type = Array<Nullable<Text>>)]
+    pub display_names: Vec<Option<String>>,
+    #[diesel(sql_type = Array<Jsonb>)]
+    pub label_sets: Vec<StoredLabels>,
     #[diesel(sql_type = Nullable<Jsonb>)]
     pub user_state: Option<Value>,
     #[diesel(sql_type = Nullable<Jsonb>)]
@@ -1161,6 +1200,7 @@ pub const SIGNATURES: &[Signature] = &[
     CreateSession::SIGNATURE,
     ReadSession::SIGNATURE,
     GetSession::SIGNATURE,
+    ReadSessions::SIGNATURE,
     ListSessions::SIGNATURE,
     SetSessionMetadata::SIGNATURE,
     DeleteSession::SIGNATURE,

@@ -26,6 +26,7 @@ async fn the_store_is_distributed_by_user_and_colocated() {
         "adk_append_event(",
         "adk_get_session(",
         "adk_read_session(",
+        "adk_read_sessions(",
         "adk_list_sessions(",
         "adk_create_session(",
         "adk_redact_event(",
@@ -102,7 +103,7 @@ async fn a_users_operations_are_delegated_to_the_worker_holding_the_user() {
     for (user, port) in &users {
         let (_, worker) = worker_clients.iter().find(|(p, _)| p == port).expect("the user's worker");
         let (_, other) = worker_clients.iter().find(|(p, _)| p != port).expect("the other worker");
-        for (function, expected) in [("adk_append_event", APPENDS), ("adk_read_session", 1), ("adk_list_sessions", 1)] {
+        for (function, expected) in [("adk_append_event", APPENDS), ("adk_read_session", 1), ("adk_read_sessions", 1)] {
             // Both users' calls are counted together per worker: one user each.
             assert_eq!(calls_on(worker, function).await, expected, "{function} calls on the worker of {user}");
             assert!(calls_on(other, function).await <= expected, "{function} on the other worker");

@@ -48,10 +48,10 @@ const FEED_SQL: &str =
     "SELECT seq FROM adk_read_events_after(NULL, 'app', 'user', 'warm', 1, 20) WHERE seq IS NOT NULL";
 
 /// As the store lists a user's sessions: one page, no label filter.
-const LIST_SQL: &str = "SELECT session_id FROM adk_list_sessions(NULL, 'app', 'user', NULL, NULL, 201)";
+const LIST_SQL: &str =
+    "SELECT pg_catalog.unnest(session_ids) FROM adk_read_sessions(NULL, 'app', 'user', NULL, NULL, 201)";
 /// The same with a label filter, which takes another statement.
-const LABELLED_LIST_SQL: &str =
-    "SELECT session_id FROM adk_list_sessions(NULL, 'app', 'user', NULL, NULL, 201, '{\"team\": \"a\"}')";
+const LABELLED_LIST_SQL: &str = "SELECT pg_catalog.unnest(session_ids) FROM adk_read_sessions(NULL, 'app', 'user', NULL, NULL, 201, '{\"team\": \"a\"}')";
 /// The user's sessions, and the sessions of others added after the warm-up.
 const LISTED_SESSIONS: i32 = 20;
 const OTHER_SESSIONS: i32 = 20_000;
@@ -194,7 +194,8 @@ async fn a_warm_connection_lists_on_one_plan_that_reads_a_grown_table_by_its_key
         .query_one(
             "SELECT coalesce(sum(plans), 0)::bigint, coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
               WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                AND query LIKE '%FROM adk_sessions s%' AND query LIKE '%WINDOW w AS%'",
+                AND query LIKE '%FROM adk_sessions s%' AND query LIKE '%array_agg(p.session_id)%'
+                AND query NOT LIKE '%@>%'",
             &[],
         )
         .await

@@ -177,6 +177,109 @@ async fn the_kept_row_per_event_get_answers_what_the_one_row_get_does() {
     }
 }
 
+/// `adk_list_sessions`, kept for older builds, answers a row per session
+/// what `adk_read_sessions`, which the store calls, answers in one row: the
+/// same sessions in the same order for every filter, with the user and app
+/// state on the first row only.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kept_row_per_session_list_answers_what_the_one_row_list_does() {
+    let db = test_database().await;
+    let sql = client(db.url()).await;
+    let store = store(db.url()).await;
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(new_session(&store, "app", "user").await.session_id.as_str().to_owned());
+    }
+    // Two sessions share an old update time (the id breaks the tie), three
+    // carry a label, one has expired.
+    let tied = vec![ids[0].clone(), ids[1].clone()];
+    let labelled = vec![ids[1].clone(), ids[2].clone(), ids[3].clone()];
+    sql.execute("UPDATE adk_sessions SET updated_at = '2026-01-01T00:00:00Z' WHERE session_id = ANY($1)", &[&tied])
+        .await
+        .expect("tie");
+    sql.execute(
+        "UPDATE adk_sessions SET labels = '{\"team\": \"a\"}', display_name = 'A' WHERE session_id = ANY($1)",
+        &[&labelled],
+    )
+    .await
+    .expect("labels");
+    sql.execute("UPDATE adk_sessions SET expires_at = now() - interval '1 second' WHERE session_id = $1", &[&ids[5]])
+        .await
+        .expect("expiry");
+    sql.batch_execute(
+        "SELECT adk_merge_user_state(NULL, 'app', 'user', '{\"k\": 1}');
+         SELECT adk_merge_app_state(NULL, 'app', '{\"m\": 2}');",
+    )
+    .await
+    .expect("user and app state");
+    // A cursor at the tied pair's greater id: the other of the pair follows.
+    let cursor_id = tied.iter().max().expect("a tied session").as_str();
+    let tie_time = "2026-01-01T00:00:00Z";
+    // (user, after time, after id, limit, labels, updated before, sessions)
+    let cases = [
+        ("user", None, None, 100_i64, json!({}), None, 5),
+        ("user", None, None, 2, json!({}), None, 2),
+        ("user", None, None, 0, json!({}), None, 0),
+        ("user", Some(tie_time), Some(cursor_id), 100, json!({}), None, 1),
+        ("user", None, None, 100, json!({"team": "a"}), None, 3),
+        ("user", None, None, 100, json!({}), Some("2026-06-01T00:00:00Z"), 2),
+        ("nobody", None, None, 100, json!({}), None, 0),
+    ];
+    let columns = [
+        ("session_id", "session_ids"),
+        ("state", "states"),
+        ("last_seq", "last_seqs"),
+        ("created_at", "created_ats"),
+        ("updated_at", "updated_ats"),
+        ("expires_at", "expires_ats"),
+        ("display_name", "display_names"),
+        ("labels", "label_sets"),
+    ];
+    for (user, after_time, after_id, limit, labels, before, expected) in cases {
+        let case = format!("{user}, after {after_time:?} {after_id:?}, limit {limit}, {labels}, before {before:?}");
+        let arguments = "NULL, 'app', $1, $2::text::timestamptz, $3, $4, $5, NULL, $6::text::timestamptz";
+        let page = sql
+            .query(
+                &format!("SELECT pg_catalog.to_jsonb(p)::text FROM adk_read_sessions({arguments}) p"),
+                &[&user, &after_time, &after_id, &limit, &labels, &before],
+            )
+            .await
+            .expect("adk_read_sessions");
+        let [page] = page.as_slice() else { panic!("{case}: adk_read_sessions gave {} rows", page.len()) };
+        let page: serde_json::Value = serde_json::from_str(&page.get::<_, String>(0)).expect("page");
+        let kept: Vec<serde_json::Value> = sql
+            .query(
+                &format!("SELECT pg_catalog.to_jsonb(l)::text FROM adk_list_sessions({arguments}) l"),
+                &[&user, &after_time, &after_id, &limit, &labels, &before],
+            )
+            .await
+            .expect("adk_list_sessions")
+            .iter()
+            .map(|row| serde_json::from_str(&row.get::<_, String>(0)).expect("row"))
+            .collect();
+        assert_eq!(kept.len(), expected, "{case}: {kept:#?}");
+        for (one, many) in columns {
+            let column = page[many].as_array().unwrap_or_else(|| panic!("{case}: {many} is not an array: {page}"));
+            let rows: Vec<&serde_json::Value> = kept.iter().map(|row| &row[one]).collect();
+            assert_eq!(rows, column.iter().collect::<Vec<_>>(), "{case}: {one}");
+        }
+        for (n, row) in kept.iter().enumerate() {
+            let (user_state, app_state) =
+                if n == 0 { (json!({"k": 1}), json!({"m": 2})) } else { (json!(null), json!(null)) };
+            assert_eq!((&row["user_state"], &row["app_state"]), (&user_state, &app_state), "{case}: row {n}");
+        }
+        // Newest first, the id breaking ties, nothing expired.
+        for pair in kept.windows(2) {
+            let key = |row: &serde_json::Value| {
+                let updated = DateTime::parse_from_rfc3339(row["updated_at"].as_str().expect("time")).expect("time");
+                (updated, row["session_id"].as_str().expect("id").to_owned())
+            };
+            assert!(key(&pair[0]) > key(&pair[1]), "{case}: out of order: {pair:#?}");
+        }
+        assert!(kept.iter().all(|row| row["session_id"] != ids[5].as_str()), "{case}: listed an expired session");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn appends_are_hot_updates() {
     let db = test_database().await;

@@ -34,6 +34,8 @@ const LAST_RELEASED: &str = "20261202000023";
 ///   and Citus, branching on it; the append also takes the event's media;
 /// - `adk_fork_session`: the copies hold the original's media;
 /// - `adk_get_session`: the same rows, unnested from `adk_read_session`'s
+///   one row, which the store calls instead (issue 37);
+/// - `adk_list_sessions`: the same rows, unnested from `adk_read_sessions`'
 ///   one row, which the store calls instead (issue 37).
 const CHANGED_SINCE_RELEASE: &[&str] = &[
     "adk_on_citus",
@@ -45,6 +47,7 @@ const CHANGED_SINCE_RELEASE: &[&str] = &[
     "adk_erase_user_batch",
     "adk_redact_event",
     "adk_get_session",
+    "adk_list_sessions",
 ];
 
 /// Store functions the released migrations did not have: the released
@@ -60,6 +63,7 @@ const NEW_SINCE_RELEASE: &[&str] = &[
     "adk_list_events",
     "adk_list_app_sessions",
     "adk_read_session",
+    "adk_read_sessions",
 ];
 
 /// Everything of the catalog the install may touch, keyed by object, with

@@ -58,12 +58,14 @@ fn nodes(plan: &Value) -> Vec<&Value> {
 }
 
 /// The JSON plan auto_explain logged for the statement on adk_sessions that
-/// `adk_list_sessions` ran, when the function is called with `labels`.
+/// `adk_read_sessions` ran, when the function is called with `labels`.
 async fn list_plan(sql: &Client, notices: &adk_postgres_tests::pg::Notices, user: &str, labels: &Value) -> Value {
     drain(notices);
     let rows = sql
         .query(
-            "SELECT session_id, labels FROM adk_list_sessions(NULL, 'app', $1, NULL, NULL, 51, $2, NULL, NULL)",
+            "SELECT s.session_id, s.labels
+               FROM adk_read_sessions(NULL, 'app', $1, NULL, NULL, 51, $2, NULL, NULL) p,
+                    ROWS FROM (pg_catalog.unnest(p.session_ids), pg_catalog.unnest(p.label_sets)) AS s(session_id, labels)",
             &[&user, labels],
         )
         .await

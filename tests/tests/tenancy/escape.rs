@@ -716,6 +716,7 @@ async fn shadowing_the_search_path(at: &mut Attempts) {
         "SELECT count(*) FROM adk_rollover_session('beta', 'beta', 'u1', 'beta-new', 'beta-next', 'roll-1', NULL,
              'agent', 2, '{}', NULL)",
         "SELECT count(*) FROM adk_list_sessions('beta', 'beta', 'u1', NULL, NULL, 100)",
+        "SELECT count(*) FROM adk_read_sessions('beta', 'beta', 'u1', NULL, NULL, 100)",
         "SELECT count(*) FROM adk_find_sessions('beta', 'beta-session', 10)",
         "SELECT count(*) FROM adk_get_session('beta', 'beta', 'u1', 'beta-session', NULL, 1000)",
         "SELECT count(*) FROM adk_get_session('alpha', 'alpha', 'u1', 'alpha-session', NULL, 0)",
@@ -899,6 +900,7 @@ fn foreign_reads(t: &str) -> Vec<(&'static str, String)> {
             "adk_get_session",
             format!("SELECT count(*) FROM adk_get_session({t}, 'alpha', 'u1', 'alpha-session', NULL, NULL)"),
         ),
+        ("adk_read_sessions", format!("SELECT count(*) FROM adk_read_sessions({t}, 'alpha', 'u1', NULL, NULL, 100)")),
         ("adk_list_sessions", format!("SELECT count(*) FROM adk_list_sessions({t}, 'alpha', 'u1', NULL, NULL, 100)")),
         ("adk_find_sessions", format!("SELECT count(*) FROM adk_find_sessions({t}, 'alpha-session', 10)")),
         (

@@ -1,6 +1,6 @@
 //! Issue 37's "a page in one row" lever, measured: `page_shape URL ROUNDS`.
 //!
-//! The store returns a list page as one row per session and a get as a
+//! The store returned a list page as one row per session and a get as a
 //! header row then one row per event. This compares those shapes, through
 //! the statements the store sends (unnamed, `query_typed`, binary results),
 //! against the same reads returned in one row:
@@ -10,12 +10,14 @@
 //! - the list as one row of arrays, a column each (`arrays`), or as one
 //!   `json` text of per-session arrays (`json_agg`), instead of a row each.
 //!
-//! The array is the store's `adk_read_session`. The other variants are
-//! copies of it, of the get the store sent before it (`adk_get_session`'s
-//! body then) and of `adk_list_sessions`, with the same tenant check, SET
-//! clauses and plans, installed beside them in the database at URL, which
-//! the tool migrates and which may be throwaway. Each call decodes what the store decodes: the list into
-//! typed fields with state and labels as JSON values, the get's events
+//! The get's array is the store's `adk_read_session`; the list's arrays are
+//! what the store's `adk_read_sessions` returns, without its filters. The
+//! other variants are copies of the store's functions before them
+//! (`adk_get_session`'s and `adk_list_sessions`' bodies then) and reshaped
+//! copies, with the same tenant check, SET clauses and plans, installed
+//! beside them in the database at URL, which the tool migrates and which
+//! may be throwaway. Each call decodes what the store decodes: the list
+//! into typed fields with state and labels as JSON values, the get's events
 //! into one buffer plus spans, as `get_json` holds them (the adapter's
 //! parse of each event, the same for every shape, is left out).
 //!
@@ -135,6 +137,38 @@ BEGIN
         (SELECT pg_catalog.json_agg(e.payload ORDER BY e.seq) FROM adk_events e
           WHERE e.app_name = p_app_name AND e.user_id = p_user_id AND e.session_id = p_session_id
             AND e.session_day = s.session_day AND e.seq <= s.last_seq);
+END;
+$$;
+
+-- The store's list before adk_read_sessions, a row per session, the user
+-- and app state on the first (its branch without a label filter).
+CREATE OR REPLACE FUNCTION page_shape_list_rows(p_tenant text, p_app_name text, p_user_id text, p_limit bigint)
+ RETURNS TABLE(session_id text, state jsonb, last_seq bigint, created_at timestamptz, updated_at timestamptz,
+               expires_at timestamptz, display_name text, labels jsonb, user_state jsonb, app_state jsonb)
+ LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT adk_tenant_allows(p_tenant, p_app_name) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT s.session_id, s.state, s.last_seq, s.created_at, s.updated_at, s.expires_at, s.display_name,
+           s.labels,
+           CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
+               (SELECT us.state FROM adk_user_states us WHERE us.app_name = p_app_name AND us.user_id = p_user_id)
+           END,
+           CASE WHEN pg_catalog.row_number() OVER w = 1 THEN
+               (SELECT aps.state FROM adk_app_states aps WHERE aps.app_name = p_app_name)
+           END
+    FROM adk_sessions s
+    WHERE s.app_name = p_app_name AND s.user_id = p_user_id
+      AND (s.expires_at IS NULL OR s.expires_at > pg_catalog.now())
+    WINDOW w AS (ORDER BY s.updated_at DESC, s.session_id DESC)
+    ORDER BY s.updated_at DESC, s.session_id DESC
+    LIMIT p_limit;
 END;
 $$;
 
@@ -393,24 +427,12 @@ impl Reader<'_> {
                 Ok(got.spans.len())
             }
             Shape::ListRows => {
-                let (after_time, after_id): (Option<DateTime<Utc>>, Option<String>) = (None, None);
-                let (limit, labels, window): (i64, Value, Option<DateTime<Utc>>) =
-                    (201, Value::Object(Default::default()), None);
+                let limit: i64 = 201;
                 let rows = self
                     .client
                     .query_typed(
-                        "SELECT * FROM adk_list_sessions($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                        &[
-                            (&tenant, Type::TEXT),
-                            text(&app),
-                            text(&user),
-                            (&after_time, Type::TIMESTAMPTZ),
-                            (&after_id, Type::TEXT),
-                            (&limit, Type::INT8),
-                            (&labels, Type::JSONB),
-                            (&window, Type::TIMESTAMPTZ),
-                            (&window, Type::TIMESTAMPTZ),
-                        ],
+                        "SELECT * FROM page_shape_list_rows($1, $2, $3, $4)",
+                        &[(&tenant, Type::TEXT), text(&app), text(&user), (&limit, Type::INT8)],
                     )
                     .await?;
                 let mut listed = Vec::with_capacity(rows.len());

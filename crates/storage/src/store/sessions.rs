@@ -17,7 +17,7 @@ use crate::conn::Load as _;
 use crate::error::from_diesel;
 use crate::functions::{
     self as sql, BlobRow, CreatedRow, DeletedRow, FoundRow, MetadataOutcome, MetadataRow, ReadRow, RolloverOutcome,
-    RolloverRow, SummaryRow,
+    RolloverRow, SessionsRow,
 };
 use crate::pool::with_retries;
 
@@ -237,7 +237,7 @@ impl PgSessionStore {
         };
         let page_size = request.effective_page_size();
         let labels = labels_json(&request.labels);
-        let mut rows = with_retries!(self, |conn| sql::ListSessions {
+        let page = with_retries!(self, |conn| sql::ReadSessions {
             tenant: self.tenant_for(&request.app_name),
             app_name: request.app_name.as_str(),
             user_id: request.user_id.as_str(),
@@ -249,33 +249,60 @@ impl PgSessionStore {
             updated_after: request.updated_after.map(window_bound),
             updated_before: request.updated_before.map(window_bound),
         }
-        .load::<SummaryRow>(&mut conn)
+        .load::<SessionsRow>(&mut conn)
         .await
         .map_err(|e| from_diesel(e, "state")))?;
-        let more = rows.len() > page_size;
-        let mut sessions = Vec::with_capacity(rows.len().min(page_size));
-        // The page's user and app state come once, on its first row: the
-        // same for every session of one app and user.
-        let shared = match rows.first_mut() {
-            Some(first) => SharedScopes::new(
-                &stored_state("user state", first.user_state.take())?,
-                &stored_state("app state", first.app_state.take())?,
-            ),
-            None => SharedScopes::default(),
+        // No row: the app is not the tenant's, which lists as nothing.
+        let Some(page) = single(page) else {
+            return Ok(SessionPage { sessions: Vec::new(), next_page_token: None });
         };
-        for row in rows.into_iter().take(page_size) {
-            let session_id = SessionId::new(row.session_id)
-                .map_err(|e| StoreError::Database { message: format!("stored session id is corrupt: {e}") })?;
-            let session_state = stored_state("session state", Some(row.state))?;
-            sessions.push(SessionSummary {
-                key: SessionKey::new(request.app_name.clone(), request.user_id.clone(), session_id),
-                state: shared.merge_into(session_state),
-                version: version(row.last_seq),
-                last_update_time: row.updated_at,
-                created_at: row.created_at,
-                expires_at: row.expires_at,
-                metadata: SessionMetadata { display_name: row.display_name, labels: row.labels.0 },
+        let SessionsRow {
+            session_ids,
+            states,
+            last_seqs,
+            created_ats,
+            updated_ats,
+            expires_ats,
+            display_names,
+            label_sets,
+            user_state,
+            app_state,
+        } = page;
+        let listed = session_ids.len();
+        if [states.len(), last_seqs.len(), created_ats.len(), updated_ats.len()]
+            .into_iter()
+            .chain([expires_ats.len(), display_names.len(), label_sets.len()])
+            .any(|len| len != listed)
+        {
+            return Err(StoreError::Database {
+                message: "adk_read_sessions returned arrays of different lengths".to_owned(),
             });
+        }
+        let more = listed > page_size;
+        let mut sessions = Vec::with_capacity(listed.min(page_size));
+        if listed > 0 {
+            // The page's user and app state: the same for every session of
+            // one app and user, merged into each.
+            let shared =
+                SharedScopes::new(&stored_state("user state", user_state)?, &stored_state("app state", app_state)?);
+            let columns = session_ids.into_iter().zip(states).zip(last_seqs).zip(created_ats).zip(updated_ats);
+            let columns = columns.zip(expires_ats).zip(display_names).zip(label_sets);
+            for (((((((session_id, state), last_seq), created_at), updated_at), expires_at), display_name), labels) in
+                columns.take(page_size)
+            {
+                let session_id = SessionId::new(session_id)
+                    .map_err(|e| StoreError::Database { message: format!("stored session id is corrupt: {e}") })?;
+                let session_state = stored_state("session state", Some(state))?;
+                sessions.push(SessionSummary {
+                    key: SessionKey::new(request.app_name.clone(), request.user_id.clone(), session_id),
+                    state: shared.merge_into(session_state),
+                    version: version(last_seq),
+                    last_update_time: updated_at,
+                    created_at,
+                    expires_at,
+                    metadata: SessionMetadata { display_name, labels: labels.0 },
+                });
+            }
         }
         let next_page_token = if more {
             sessions.last().map(|s| PageToken::after(s.last_update_time.timestamp_micros(), &s.key.session_id))
