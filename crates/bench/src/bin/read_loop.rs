@@ -5,7 +5,9 @@
 //! bench's get and list rows run. It seeds its own sessions (the main
 //! bench's shapes: ~200-character text parts with a small state delta) in
 //! the database at URL, and prints calls/s and the process's CPU per call
-//! and per event.
+//! and per event. `--warm N` first runs N calls at once, leaving N
+//! connections open in the pool, as the main bench's concurrent workloads
+//! leave it before its reads.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -72,9 +74,18 @@ async fn seed(service: &dyn SessionService, user: &str, session: &str, events: u
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let peer = args.iter().any(|a| a == "--peer");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--peer").collect();
+    let warm: usize = match args.iter().position(|a| a == "--warm") {
+        Some(at) => args.get(at + 1).context("--warm N")?.parse().context("--warm N")?,
+        None => 0,
+    };
+    let args: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| *a != "--peer" && *a != "--warm" && !(*i > 0 && args[*i - 1] == "--warm"))
+        .map(|(_, a)| a)
+        .collect();
     let [url, op, seconds] = args.as_slice() else {
-        bail!("usage: read_loop URL get40|get1000|list100 SECONDS [--peer]")
+        bail!("usage: read_loop URL get40|get1000|list100 SECONDS [--peer] [--warm N]")
     };
     let seconds: u64 = seconds.parse().context("SECONDS")?;
     let service: Box<dyn SessionService> = if peer {
@@ -95,6 +106,22 @@ async fn main() -> anyhow::Result<()> {
     };
     for s in 0..sessions {
         seed(service.as_ref(), &user, &format!("s-{s}"), events).await?;
+    }
+    let service: std::sync::Arc<dyn SessionService> = std::sync::Arc::from(service);
+    let warming: Vec<_> = (0..warm)
+        .map(|_| {
+            let (service, user) = (service.clone(), user.clone());
+            tokio::spawn(async move {
+                service
+                    .list(ListRequest { app_name: APP.to_owned(), user_id: user, limit: None, offset: None })
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| anyhow::anyhow!("warming list: {e}"))
+            })
+        })
+        .collect();
+    for task in warming {
+        task.await??;
     }
     let (mut calls, mut read) = (0usize, 0usize);
     let deadline = Instant::now() + Duration::from_secs(seconds);

@@ -278,6 +278,13 @@ pub async fn build_pool_with(connect: ConnectConfig, config: &PoolConfig) -> Res
         .min_idle(config.min_idle)
         .connection_timeout(config.connection_timeout)
         .test_on_check_out(true)
+        // The connection used last goes out first: a service's calls keep
+        // landing on the few backends whose caches (catalog, plans, CPU)
+        // are warm, and the surplus left by a burst stays idle until
+        // `idle_timeout` closes it. bb8's default, first in first out,
+        // rotates every call through every open connection: a list of 100
+        // ran 28% slower with 16 connections open than with one.
+        .queue_strategy(bb8::QueueStrategy::Lifo)
         // A failed connect is the caller's answer at once, with its typed
         // cause (a refused TLS handshake, a failing password provider);
         // bb8's own retries would turn it into a bare timeout.
