@@ -5,7 +5,7 @@
 //! bench's get and list rows run. It seeds its own sessions (the main
 //! bench's shapes: ~200-character text parts with a small state delta) in
 //! the database at URL, and prints calls/s and the process's CPU per call
-//! and per event. `--warm N` first runs N calls at once, leaving N
+//! and per event. `--warm N` first runs N calls at once, leaving up to N
 //! connections open in the pool, as the main bench's concurrent workloads
 //! leave it before its reads.
 
@@ -42,6 +42,11 @@ fn event(n: usize, invocation: &str) -> Event {
     event
 }
 
+/// Every session of `user`, as one page.
+fn list_request(user: String) -> ListRequest {
+    ListRequest { app_name: APP.to_owned(), user_id: user, limit: None, offset: None }
+}
+
 async fn seed(service: &dyn SessionService, user: &str, session: &str, events: usize) -> anyhow::Result<()> {
     let state = HashMap::from([("channel".to_owned(), json!("web")), ("locale".to_owned(), json!("en-GB"))]);
     service
@@ -72,19 +77,16 @@ async fn seed(service: &dyn SessionService, user: &str, session: &str, events: u
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let peer = args.iter().any(|a| a == "--peer");
-    let warm: usize = match args.iter().position(|a| a == "--warm") {
-        Some(at) => args.get(at + 1).context("--warm N")?.parse().context("--warm N")?,
-        None => 0,
-    };
-    let args: Vec<&String> = args
-        .iter()
-        .enumerate()
-        .filter(|(i, a)| *a != "--peer" && *a != "--warm" && !(*i > 0 && args[*i - 1] == "--warm"))
-        .map(|(_, a)| a)
-        .collect();
-    let [url, op, seconds] = args.as_slice() else {
+    let (mut peer, mut warm, mut positional) = (false, 0usize, Vec::new());
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--peer" => peer = true,
+            "--warm" => warm = args.next().context("--warm N")?.parse().context("--warm N")?,
+            _ => positional.push(arg),
+        }
+    }
+    let [url, op, seconds] = positional.as_slice() else {
         bail!("usage: read_loop URL get40|get1000|list100 SECONDS [--peer] [--warm N]")
     };
     let seconds: u64 = seconds.parse().context("SECONDS")?;
@@ -112,11 +114,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|_| {
             let (service, user) = (service.clone(), user.clone());
             tokio::spawn(async move {
-                service
-                    .list(ListRequest { app_name: APP.to_owned(), user_id: user, limit: None, offset: None })
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| anyhow::anyhow!("warming list: {e}"))
+                service.list(list_request(user)).await.map(|_| ()).map_err(|e| anyhow::anyhow!("warming list: {e}"))
             })
         })
         .collect();
@@ -145,10 +143,8 @@ async fn main() -> anyhow::Result<()> {
                 ensure!(got.events().len() == events, "read {} events", got.events().len());
                 read += events;
             } else {
-                let listed = service
-                    .list(ListRequest { app_name: APP.to_owned(), user_id: user.clone(), limit: None, offset: None })
-                    .await
-                    .map_err(|e| anyhow::anyhow!("list: {e}"))?;
+                let listed =
+                    service.list(list_request(user.clone())).await.map_err(|e| anyhow::anyhow!("list: {e}"))?;
                 ensure!(listed.len() == sessions, "listed {}", listed.len());
             }
             calls += 1;
